@@ -1,0 +1,362 @@
+"""Multi-head attention: self-attention, cross-attention and the key/value cache.
+
+These are the two classes of the design documents the project grew from, with their defects
+fixed and their signatures and parameter names kept, so weights saved from them load here.
+
+Mask convention (the only one in this project, the same polarity as
+``torch.nn.functional.scaled_dot_product_attention``): a mask is a boolean tensor
+broadcastable to ``(B, H, Tq, Tk)`` where **True means "may attend"** and False means
+"masked". Integer masks of 0/1 are accepted and read the same way. Name mask variables by what
+True means (``keep``, ``may_attend``). Note that ``torch.nn.MultiheadAttention`` uses the
+opposite polarity: never hand it our masks.
+
+A query row whose keys are all masked has nothing to attend to; it yields zeros (and zero
+gradients), never NaN.
+
+Axis letters: B batch, H heads, Tq query length, Tk key length, Dk/Dv per-head key/value width.
+
+Why not ``torch.nn.MultiheadAttention``? It ties the key and value widths to the model width
+(per-head k_dim and v_dim may differ here), its boolean masks mean the opposite of ours, and its
+packed ``in_proj_weight`` would break the parameter names of the documents.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+__all__ = [
+    "CrossAttention",
+    "KVCache",
+    "MultiHeadAttention",
+    "MultiHeadSelfAttention",
+    "attend",
+    "causal_mask",
+]
+
+
+def _check_positive(**sizes: int) -> None:
+    for name, value in sizes.items():
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
+def _check_dropout(dropout: float) -> None:
+    if not 0.0 <= dropout < 1.0:
+        raise ValueError(f"dropout must be in [0, 1), got {dropout!r}")
+
+
+def _check_input(name: str, x: Tensor, in_dim: int) -> None:
+    if x.dim() != 3:
+        raise ValueError(f"{name} must have shape (B, T, {in_dim}), got {tuple(x.shape)}")
+    if x.size(-1) != in_dim:
+        raise ValueError(
+            f"{name}'s last dimension must equal in_dim={in_dim}, got {x.size(-1)} "
+            f"(shape {tuple(x.shape)})"
+        )
+
+
+def causal_mask(tq: int, tk: int, device: torch.device | None = None) -> Tensor:
+    """(Tq, Tk) boolean mask, True where query i may attend key j.
+
+    The queries are the last Tq positions of the Tk keys (bottom-right aligned), so one new
+    query over a cache of Tk keys sees them all, and Tq == Tk gives the usual lower triangle.
+    """
+    return torch.ones(tq, tk, dtype=torch.bool, device=device).tril(diagonal=tk - tq)
+
+
+def _normalize_mask(mask: Tensor, shape: tuple[int, int, int, int]) -> Tensor:
+    """Check a user mask against the score shape (B, H, Tq, Tk) and return it as bool."""
+    if mask.dtype.is_floating_point or mask.dtype.is_complex:
+        raise ValueError(
+            f"mask must be boolean (True = may attend), got dtype {mask.dtype}; "
+            "pass mask.bool() or a comparison such as tokens != pad_id"
+        )
+    try:
+        broadcast = torch.broadcast_shapes(tuple(mask.shape), shape)
+    except RuntimeError:
+        broadcast = None
+    if broadcast != shape:
+        raise ValueError(
+            f"mask of shape {tuple(mask.shape)} cannot broadcast to the attention scores' "
+            f"shape (B, H, Tq, Tk) = {shape}"
+        )
+    return mask if mask.dtype == torch.bool else mask != 0
+
+
+def attend(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    may_attend: Tensor | None = None,
+    *,
+    is_causal: bool = False,
+    dropout_p: float = 0.0,
+    need_weights: bool = False,
+) -> tuple[Tensor, Tensor | None]:
+    """Scaled dot-product attention over heads, softmax over the key axis.
+
+    Args:
+        q: (B, H, Tq, Dk) queries. k: (B, H, Tk, Dk) keys. v: (B, H, Tk, Dv) values.
+        may_attend: boolean mask broadcastable to (B, H, Tq, Tk), True = may attend.
+        is_causal: also hide keys after each query (bottom-right aligned, see causal_mask).
+        dropout_p: dropout on the attention probabilities (pass 0.0 outside training).
+        need_weights: also return the probabilities (B, H, Tq, Tk), before dropout.
+
+    Returns:
+        (B, H, Tq, Dv) output and the probabilities or None.
+    """
+    tq, tk = q.size(-2), k.size(-2)
+    if is_causal and (may_attend is not None or tq != tk or need_weights):
+        causal = causal_mask(tq, tk, q.device)
+        may_attend = causal if may_attend is None else may_attend & causal
+        is_causal = False
+
+    empty_row = None
+    if may_attend is not None:
+        # Rows with no key: let them attend everywhere (finite softmax), then zero them.
+        empty_row = ~may_attend.any(dim=-1, keepdim=True)  # (..., Tq, 1)
+        may_attend = may_attend | empty_row
+
+    if need_weights:
+        out, weights = _explicit_attention(q, k, v, may_attend, dropout_p)
+    else:
+        # The fast path: fused kernels (flash / memory-efficient) where the device has them.
+        out = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=may_attend, dropout_p=dropout_p, is_causal=is_causal
+        )
+        weights = None
+
+    if empty_row is not None:
+        out = out.masked_fill(empty_row, 0.0)
+        if weights is not None:
+            weights = weights.masked_fill(empty_row, 0.0)
+    return out, weights
+
+
+def _explicit_attention(
+    q: Tensor, k: Tensor, v: Tensor, may_attend: Tensor | None, dropout_p: float
+) -> tuple[Tensor, Tensor]:
+    """The matmul-softmax path, used only when the probabilities are asked for."""
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, H, Tq, Tk)
+    if may_attend is not None:
+        # The dtype's most negative value, not -1e9: that overflows in half precision.
+        scores = scores.masked_fill(~may_attend, torch.finfo(scores.dtype).min)
+    weights = scores.softmax(dim=-1)
+    dropped = F.dropout(weights, p=dropout_p) if dropout_p > 0 else weights
+    return dropped @ v, weights  # (B, H, Tq, Dv)
+
+
+class KVCache:
+    """Keys and values of one attention layer, kept between decoding steps.
+
+    For self-attention each step appends the new positions; for cross-attention the keys and
+    values of the source are stored once and reused. Tensors are (B, H, T, Dk) and (B, H, T, Dv).
+    """
+
+    def __init__(self) -> None:
+        self.k: Tensor | None = None
+        self.v: Tensor | None = None
+
+    def __len__(self) -> int:
+        return 0 if self.k is None else self.k.size(-2)
+
+    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Add new positions along the time axis and return all keys and values so far."""
+        if self.k is None or self.v is None:
+            self.k, self.v = k, v
+        else:
+            self.k = torch.cat([self.k, k], dim=-2)
+            self.v = torch.cat([self.v, v], dim=-2)
+        return self.k, self.v
+
+    def reorder(self, index: Tensor) -> None:
+        """Keep the batch rows named by index, in that order (beam search reshuffles beams)."""
+        if self.k is not None and self.v is not None:
+            self.k = self.k.index_select(0, index)
+            self.v = self.v.index_select(0, index)
+
+
+class _Attention(nn.Module):
+    """What self- and cross-attention share: sizes, checks, head split and merge."""
+
+    def __init__(self, k_dim: int, v_dim: int, num_heads: int, dropout: float) -> None:
+        super().__init__()
+        _check_positive(k_dim=k_dim, v_dim=v_dim, num_heads=num_heads)
+        _check_dropout(dropout)
+        self.num_heads = num_heads
+        self.k_dim = k_dim
+        self.v_dim = v_dim
+        self.dropout = dropout
+
+    def _split(self, x: Tensor, head_dim: int) -> Tensor:
+        b, t, _ = x.shape
+        return x.view(b, t, self.num_heads, head_dim).transpose(1, 2)  # (B, H, T, head_dim)
+
+    def _attend(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        mask: Tensor | None,
+        is_causal: bool,
+        need_weights: bool,
+    ) -> Tensor | tuple[Tensor, Tensor]:
+        b, _, tq, _ = q.shape
+        if mask is not None:
+            mask = _normalize_mask(mask, (b, self.num_heads, tq, k.size(-2)))
+        dropout_p = self.dropout if self.training else 0.0
+        out, weights = attend(
+            q, k, v, mask, is_causal=is_causal, dropout_p=dropout_p, need_weights=need_weights
+        )
+        out = out.transpose(1, 2).reshape(b, tq, self.num_heads * self.v_dim)  # (B, Tq, H*Dv)
+        out = self.proj_o(out)
+        return (out, weights) if need_weights else out
+
+
+class MultiHeadAttention(_Attention):
+    """Multi-head self-attention: queries, keys and values all come from x.
+
+    Args:
+        in_dim: width of x (and of the output).
+        k_dim: per-head width of queries and keys; scores are scaled by 1/sqrt(k_dim).
+        v_dim: per-head width of values (may differ from k_dim).
+        num_heads: number of heads H.
+        dropout: dropout on the attention probabilities, in training only.
+
+    Shape:
+        x: (B, T, in_dim); mask: broadcastable to (B, H, T, T), True = may attend;
+        output: (B, T, in_dim); weights (with need_weights=True): (B, H, T, T).
+
+    Example:
+        >>> attn = MultiHeadAttention(in_dim=64, k_dim=16, v_dim=24, num_heads=4)
+        >>> attn(torch.randn(2, 10, 64), is_causal=True).shape
+        torch.Size([2, 10, 64])
+    """
+
+    def __init__(
+        self, in_dim: int, k_dim: int, v_dim: int, num_heads: int, dropout: float = 0.0
+    ) -> None:
+        _check_positive(in_dim=in_dim)
+        super().__init__(k_dim, v_dim, num_heads, dropout)
+        self.in_dim = in_dim
+        self.proj_q = nn.Linear(in_dim, k_dim * num_heads, bias=False)
+        self.proj_k = nn.Linear(in_dim, k_dim * num_heads, bias=False)
+        self.proj_v = nn.Linear(in_dim, v_dim * num_heads, bias=False)
+        self.proj_o = nn.Linear(v_dim * num_heads, in_dim)
+
+    def forward(
+        self,
+        x: Tensor,
+        mask: Tensor | None = None,
+        *,
+        is_causal: bool = False,
+        need_weights: bool = False,
+        cache: KVCache | None = None,
+    ) -> Tensor | tuple[Tensor, Tensor]:
+        """Attend from x to itself.
+
+        With a cache, x holds only the new positions; their keys and values are appended to
+        the cache and the queries attend over all positions so far (the mask then covers
+        (Tq, Tk_total) and is_causal aligns the new queries to the last positions).
+        Returns the output, or (output, weights) when need_weights is True.
+        """
+        _check_input("x", x, self.in_dim)
+        # One matmul for q, k and v: the weights stay three named parameters.
+        w = torch.cat([self.proj_q.weight, self.proj_k.weight, self.proj_v.weight])
+        q, k, v = F.linear(x, w).split(
+            [self.proj_q.out_features] * 2 + [self.proj_v.out_features], -1
+        )
+        q, k, v = self._split(q, self.k_dim), self._split(k, self.k_dim), self._split(v, self.v_dim)
+        if cache is not None:
+            k, v = cache.append(k, v)
+        return self._attend(q, k, v, mask, is_causal, need_weights)
+
+
+class MultiHeadSelfAttention(MultiHeadAttention):
+    """The second design document's form: per-head widths d_model // num_heads.
+
+    >>> MultiHeadSelfAttention(d_model=64, num_heads=4).k_dim
+    16
+    """
+
+    def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0) -> None:
+        _check_positive(d_model=d_model, num_heads=num_heads)
+        if d_model % num_heads:
+            raise ValueError(
+                f"d_model must be divisible by num_heads, got {d_model} and {num_heads}"
+            )
+        head_dim = d_model // num_heads
+        super().__init__(d_model, head_dim, head_dim, num_heads, dropout)
+
+
+class CrossAttention(_Attention):
+    """Multi-head cross-attention: queries from x1, keys and values from x2.
+
+    Args:
+        in_dim1: width of x1 (the queries' side, and of the output).
+        in_dim2: width of x2 (the keys' and values' side).
+        k_dim, v_dim, num_heads, dropout: as in MultiHeadAttention.
+
+    Shape:
+        x1: (B, T1, in_dim1); x2: (B, T2, in_dim2); mask: broadcastable to (B, H, T1, T2),
+        True = may attend; output: (B, T1, in_dim1); weights: (B, H, T1, T2).
+
+    Example:
+        >>> attn = CrossAttention(in_dim1=32, in_dim2=48, k_dim=8, v_dim=8, num_heads=4)
+        >>> attn(torch.randn(2, 5, 32), torch.randn(2, 7, 48)).shape
+        torch.Size([2, 5, 32])
+    """
+
+    def __init__(
+        self,
+        in_dim1: int,
+        in_dim2: int,
+        k_dim: int,
+        v_dim: int,
+        num_heads: int,
+        dropout: float = 0.0,
+    ) -> None:
+        _check_positive(in_dim1=in_dim1, in_dim2=in_dim2)
+        super().__init__(k_dim, v_dim, num_heads, dropout)
+        self.in_dim1 = in_dim1
+        self.in_dim2 = in_dim2
+        self.proj_q1 = nn.Linear(in_dim1, k_dim * num_heads, bias=False)
+        self.proj_k2 = nn.Linear(in_dim2, k_dim * num_heads, bias=False)
+        self.proj_v2 = nn.Linear(in_dim2, v_dim * num_heads, bias=False)
+        self.proj_o = nn.Linear(v_dim * num_heads, in_dim1)
+
+    def forward(
+        self,
+        x1: Tensor,
+        x2: Tensor,
+        mask: Tensor | None = None,
+        *,
+        need_weights: bool = False,
+        cache: KVCache | None = None,
+    ) -> Tensor | tuple[Tensor, Tensor]:
+        """Attend from x1 to x2.
+
+        With a cache, x2's keys and values are computed on the first call and reused after,
+        since x2 (the encoder output) does not change while decoding.
+        Returns the output, or (output, weights) when need_weights is True.
+        """
+        _check_input("x1", x1, self.in_dim1)
+        _check_input("x2", x2, self.in_dim2)
+        if x1.size(0) != x2.size(0):
+            raise ValueError(
+                f"x1 and x2 must have the same batch size, got {x1.size(0)} and {x2.size(0)}"
+            )
+        q = self._split(self.proj_q1(x1), self.k_dim)  # (B, H, T1, Dk)
+        if cache is not None and cache.k is not None and cache.v is not None:
+            k, v = cache.k, cache.v
+        else:
+            w = torch.cat([self.proj_k2.weight, self.proj_v2.weight])
+            k, v = F.linear(x2, w).split([self.proj_k2.out_features, self.proj_v2.out_features], -1)
+            k, v = self._split(k, self.k_dim), self._split(v, self.v_dim)  # (B, H, T2, Dk|Dv)
+            if cache is not None:
+                cache.append(k, v)
+        return self._attend(q, k, v, mask, False, need_weights)

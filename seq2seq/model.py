@@ -1,0 +1,371 @@
+"""The encoder-decoder Transformer (Vaswani et al., 2017), top-down:
+
+ModelConfig -> Seq2SeqTransformer (encode / decode / forward) -> Encoder, Decoder ->
+EncoderLayer, DecoderLayer -> Residual (norm + dropout + residual, written once), FeedForward
+-> attention (seq2seq.attention).
+
+The model knows nothing of Lightning or tokenizers: it maps token ids to logits. Padding is
+found from ``config.pad_id`` and masked everywhere; the decoder is causal. Masks follow the
+project's convention, True = may attend.
+
+Axis letters: B batch, S source length, T target length, D model width, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from seq2seq.attention import CrossAttention, KVCache, MultiHeadAttention
+
+__all__ = ["DecoderCache", "ModelConfig", "Seq2SeqTransformer"]
+
+POSITIONAL_ENCODINGS = ("sinusoidal", "learned")
+
+
+@dataclass
+class ModelConfig:
+    """Sizes and options of Seq2SeqTransformer; every field is a plain value (fit for YAML)."""
+
+    src_vocab_size: int
+    tgt_vocab_size: int
+    pad_id: int = 0
+    bos_id: int = 1
+    eos_id: int = 2
+    d_model: int = 128
+    num_heads: int = 4
+    k_dim: int | None = None  # per-head query/key width; None: d_model // num_heads
+    v_dim: int | None = None  # per-head value width; None: d_model // num_heads
+    d_ff: int = 512  # hidden width of the feed-forward block
+    num_encoder_layers: int = 2
+    num_decoder_layers: int = 2
+    dropout: float = 0.1  # on embeddings, sublayer outputs, attention probabilities and FF
+    max_positions: int = 256  # longest source or target sequence the model accepts
+    positional: str = "sinusoidal"  # or "learned"
+    norm_first: bool = True  # pre-norm (stable without warmup tricks); False: post-norm
+    tie_output: bool = False  # output projection shares the target embedding's weights
+    share_embeddings: bool = False  # one embedding for source and target (one vocabulary)
+
+    def __post_init__(self) -> None:
+        self._check_sizes()
+        for name in ("pad_id", "bos_id", "eos_id"):
+            value = getattr(self, name)
+            limit = min(self.src_vocab_size, self.tgt_vocab_size)
+            if not 0 <= value < limit:
+                raise ValueError(f"{name} must be in [0, {limit}) (the vocabularies), got {value}")
+        if len({self.pad_id, self.bos_id, self.eos_id}) != 3:
+            raise ValueError(
+                "pad_id, bos_id and eos_id must differ, got "
+                f"{self.pad_id}, {self.bos_id} and {self.eos_id}"
+            )
+        if (self.k_dim is None or self.v_dim is None) and self.d_model % self.num_heads:
+            raise ValueError(
+                f"d_model must be divisible by num_heads when k_dim or v_dim is not given, "
+                f"got {self.d_model} and {self.num_heads}; set k_dim and v_dim or change "
+                "num_heads"
+            )
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+        if self.positional not in POSITIONAL_ENCODINGS:
+            raise ValueError(
+                f"positional must be one of {POSITIONAL_ENCODINGS}, got {self.positional!r}"
+            )
+        if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
+            raise ValueError(
+                "share_embeddings needs one vocabulary, got src_vocab_size="
+                f"{self.src_vocab_size} and tgt_vocab_size={self.tgt_vocab_size}"
+            )
+
+    def _check_sizes(self) -> None:
+        sizes = ["src_vocab_size", "tgt_vocab_size", "d_model", "num_heads", "d_ff"]
+        sizes += ["num_encoder_layers", "num_decoder_layers", "max_positions"]
+        sizes += [name for name in ("k_dim", "v_dim") if getattr(self, name) is not None]
+        for name in sizes:
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+    @property
+    def head_dims(self) -> tuple[int, int]:
+        """The per-head (k_dim, v_dim) after defaults."""
+        default = self.d_model // self.num_heads
+        return self.k_dim or default, self.v_dim or default
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class Embedding(nn.Module):
+    """Token embedding scaled by sqrt(D), plus positions, then dropout."""
+
+    def __init__(self, config: ModelConfig, vocab_size: int, positions: nn.Module) -> None:
+        super().__init__()
+        self.tokens = nn.Embedding(vocab_size, config.d_model, padding_idx=config.pad_id)
+        self.positions = positions
+        self.scale = math.sqrt(config.d_model)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, ids: Tensor, offset: int = 0) -> Tensor:
+        x = self.tokens(ids) * self.scale + self.positions(ids.size(1), offset)  # (B, T, D)
+        return self.dropout(x)
+
+
+class SinusoidalPositions(nn.Module):
+    """Fixed sin/cos positions of the original paper; nothing to learn or to save."""
+
+    def __init__(self, max_positions: int, d_model: int) -> None:
+        super().__init__()
+        self.max_positions = max_positions
+        position = torch.arange(max_positions).unsqueeze(1)
+        freq = torch.exp(torch.arange(0, d_model, 2) * (-math.log(10000.0) / d_model))
+        table = torch.zeros(max_positions, d_model)
+        table[:, 0::2] = torch.sin(position * freq)
+        table[:, 1::2] = torch.cos(position * freq[: d_model // 2])
+        self.register_buffer("table", table, persistent=False)
+
+    def forward(self, length: int, offset: int = 0) -> Tensor:
+        _check_length(length + offset, self.max_positions)
+        return self.table[offset : offset + length]  # (T, D)
+
+
+class LearnedPositions(nn.Module):
+    def __init__(self, max_positions: int, d_model: int) -> None:
+        super().__init__()
+        self.max_positions = max_positions
+        self.table = nn.Embedding(max_positions, d_model)
+
+    def forward(self, length: int, offset: int = 0) -> Tensor:
+        _check_length(length + offset, self.max_positions)
+        return self.table.weight[offset : offset + length]  # (T, D)
+
+
+def _check_length(length: int, max_positions: int) -> None:
+    if length > max_positions:
+        raise ValueError(
+            f"sequence length {length} exceeds max_positions={max_positions}; "
+            "shorten the input or train a model with a larger max_positions"
+        )
+
+
+class FeedForward(nn.Sequential):
+    def __init__(self, d_model: int, d_ff: int, dropout: float) -> None:
+        super().__init__(
+            nn.Linear(d_model, d_ff), nn.ReLU(), nn.Dropout(dropout), nn.Linear(d_ff, d_model)
+        )
+
+
+class Residual(nn.Module):
+    """x + dropout(sublayer(norm(x))) in pre-norm; norm(x + dropout(sublayer(x))) in post-norm."""
+
+    def __init__(self, d_model: int, dropout: float, norm_first: bool) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(d_model)
+        self.dropout = nn.Dropout(dropout)
+        self.norm_first = norm_first
+
+    def forward(self, x: Tensor, sublayer: Any) -> Tensor:
+        if self.norm_first:
+            return x + self.dropout(sublayer(self.norm(x)))
+        return self.norm(x + self.dropout(sublayer(x)))
+
+
+class EncoderLayer(nn.Module):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        d, (k_dim, v_dim) = config.d_model, config.head_dims
+        self.self_attn = MultiHeadAttention(d, k_dim, v_dim, config.num_heads, config.dropout)
+        self.ff = FeedForward(d, config.d_ff, config.dropout)
+        self.res_attn = Residual(d, config.dropout, config.norm_first)
+        self.res_ff = Residual(d, config.dropout, config.norm_first)
+
+    def forward(self, x: Tensor, src_keep: Tensor) -> Tensor:
+        x = self.res_attn(x, lambda h: self.self_attn(h, src_keep))
+        return self.res_ff(x, self.ff)
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        d, (k_dim, v_dim), h = config.d_model, config.head_dims, config.num_heads
+        self.self_attn = MultiHeadAttention(d, k_dim, v_dim, h, config.dropout)
+        self.cross_attn = CrossAttention(d, d, k_dim, v_dim, h, config.dropout)
+        self.ff = FeedForward(d, config.d_ff, config.dropout)
+        self.res_self = Residual(d, config.dropout, config.norm_first)
+        self.res_cross = Residual(d, config.dropout, config.norm_first)
+        self.res_ff = Residual(d, config.dropout, config.norm_first)
+
+    def forward(
+        self,
+        x: Tensor,
+        tgt_keep: Tensor,
+        memory: Tensor,
+        memory_keep: Tensor,
+        cache: tuple[KVCache, KVCache] | None = None,
+    ) -> Tensor:
+        self_cache, cross_cache = cache if cache is not None else (None, None)
+        x = self.res_self(
+            x, lambda h: self.self_attn(h, tgt_keep, is_causal=True, cache=self_cache)
+        )
+        x = self.res_cross(x, lambda h: self.cross_attn(h, memory, memory_keep, cache=cross_cache))
+        return self.res_ff(x, self.ff)
+
+
+class Encoder(nn.Module):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(EncoderLayer(config) for _ in range(config.num_encoder_layers))
+        # Pre-norm leaves the residual stream unnormalised: one last norm before use.
+        self.norm = nn.LayerNorm(config.d_model) if config.norm_first else nn.Identity()
+
+    def forward(self, x: Tensor, src_keep: Tensor) -> Tensor:
+        for layer in self.layers:
+            x = layer(x, src_keep)
+        return self.norm(x)
+
+
+class Decoder(nn.Module):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.num_decoder_layers))
+        self.norm = nn.LayerNorm(config.d_model) if config.norm_first else nn.Identity()
+
+    def forward(
+        self,
+        x: Tensor,
+        tgt_keep: Tensor,
+        memory: Tensor,
+        memory_keep: Tensor,
+        cache: DecoderCache | None = None,
+    ) -> Tensor:
+        for i, layer in enumerate(self.layers):
+            layer_cache = cache.layer(i) if cache is not None else None
+            x = layer(x, tgt_keep, memory, memory_keep, layer_cache)
+        return self.norm(x)
+
+
+class DecoderCache:
+    """Everything the decoder keeps between steps of incremental decoding.
+
+    Per layer, the self-attention keys/values of the positions so far and the cross-attention
+    keys/values of the source (computed at the first step); plus which target positions are
+    real tokens, so target padding stays masked as in the full forward.
+    """
+
+    def __init__(self, num_layers: int) -> None:
+        self.self_attn = [KVCache() for _ in range(num_layers)]
+        self.cross_attn = [KVCache() for _ in range(num_layers)]
+        self.tgt_keep: Tensor | None = None  # (B, T) True = real token
+
+    def __len__(self) -> int:
+        return 0 if self.tgt_keep is None else self.tgt_keep.size(1)
+
+    def layer(self, i: int) -> tuple[KVCache, KVCache]:
+        return self.self_attn[i], self.cross_attn[i]
+
+    def append_keep(self, keep: Tensor) -> Tensor:
+        self.tgt_keep = keep if self.tgt_keep is None else torch.cat([self.tgt_keep, keep], 1)
+        return self.tgt_keep
+
+    def reorder(self, index: Tensor) -> None:
+        """Keep the batch rows named by index (beam search)."""
+        for kv in self.self_attn + self.cross_attn:
+            kv.reorder(index)
+        if self.tgt_keep is not None:
+            self.tgt_keep = self.tgt_keep.index_select(0, index)
+
+
+class Seq2SeqTransformer(nn.Module):
+    """Encoder-decoder Transformer from token ids to next-token logits.
+
+    Args:
+        config: a ModelConfig (sizes, special ids, options).
+
+    Shape:
+        src: (B, S) source ids; tgt: (B, T) decoder input ids (BOS + target, shifted);
+        output: (B, T, V) logits over the target vocabulary.
+
+    Example:
+        >>> model = Seq2SeqTransformer(ModelConfig(src_vocab_size=20, tgt_vocab_size=20))
+        >>> model(torch.randint(3, 20, (2, 7)), torch.randint(3, 20, (2, 5))).shape
+        torch.Size([2, 5, 20])
+    """
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.config = config
+        d, n = config.d_model, config.max_positions
+        positions = SinusoidalPositions if config.positional == "sinusoidal" else LearnedPositions
+        self.src_embed = Embedding(config, config.src_vocab_size, positions(n, d))
+        if config.share_embeddings:
+            self.tgt_embed = self.src_embed
+        else:
+            self.tgt_embed = Embedding(config, config.tgt_vocab_size, positions(n, d))
+        self.encoder = Encoder(config)
+        self.decoder = Decoder(config)
+        self.generator = nn.Linear(d, config.tgt_vocab_size, bias=False)
+        self._init_weights()
+        if config.tie_output:
+            self.generator.weight = self.tgt_embed.tokens.weight
+
+    def _init_weights(self) -> None:
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                nn.init.xavier_uniform_(module.weight)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+            elif isinstance(module, nn.Embedding):
+                # Scaled up by sqrt(D) in forward, so token vectors start with unit-size entries;
+                # the same scale suits the tied output projection.
+                nn.init.normal_(module.weight, std=self.config.d_model**-0.5)
+                if module.padding_idx is not None:
+                    with torch.no_grad():
+                        module.weight[module.padding_idx].zero_()
+
+    def keep_mask(self, ids: Tensor) -> Tensor:
+        """(B, L) True where ids are real tokens (not padding)."""
+        return ids != self.config.pad_id
+
+    def encode(self, src: Tensor) -> Tensor:
+        """(B, S) source ids -> (B, S, D) memory. Padding positions are masked as keys."""
+        src_keep = self.keep_mask(src)
+        return self.encoder(self.src_embed(src), src_keep[:, None, None, :])
+
+    def decode(
+        self,
+        tgt: Tensor,
+        memory: Tensor,
+        memory_mask: Tensor,
+        cache: DecoderCache | None = None,
+    ) -> Tensor:
+        """Decoder input ids (B, T) over memory (B, S, D) -> logits (B, T, V).
+
+        memory_mask is (B, S), True where the source holds a real token (keep_mask(src)).
+        With a cache (new_cache()), tgt holds only the new positions; the keys and values of
+        earlier steps come from the cache, and the logits equal the full forward's.
+        """
+        if memory_mask.shape != memory.shape[:2]:
+            raise ValueError(
+                f"memory_mask must have shape (B, S) = {tuple(memory.shape[:2])}, "
+                f"got {tuple(memory_mask.shape)}"
+            )
+        offset = len(cache) if cache is not None else 0
+        tgt_keep = self.keep_mask(tgt)
+        if cache is not None:
+            tgt_keep = cache.append_keep(tgt_keep)
+        x = self.tgt_embed(tgt, offset)
+        x = self.decoder(
+            x, tgt_keep[:, None, None, :], memory, memory_mask[:, None, None, :], cache
+        )
+        return self.generator(x)
+
+    def new_cache(self) -> DecoderCache:
+        return DecoderCache(self.config.num_decoder_layers)
+
+    def forward(self, src: Tensor, tgt: Tensor) -> Tensor:
+        """(B, S) source ids and (B, T) decoder input ids -> (B, T, V) logits."""
+        memory = self.encode(src)
+        return self.decode(tgt, memory, self.keep_mask(src))
