@@ -1,0 +1,228 @@
+"""The LightningModule: loss, metrics, optimizer and learning-rate schedule around the model.
+
+It takes plain hyperparameters only (ModelConfig fields, optimizer and schedule values, the
+vocabularies as lists) and builds the model itself, so ``Seq2SeqModule.load_from_checkpoint(path)``
+needs nothing else, and a checkpoint alone is enough to decode.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch.optim.lr_scheduler import LambdaLR
+from torchmetrics import MeanMetric, MetricCollection
+from torchmetrics.classification import MulticlassAccuracy
+
+from seq2seq.data.vocab import Vocabulary
+from seq2seq.decoding import greedy_decode, max_decode_length
+from seq2seq.model import ModelConfig, Seq2SeqTransformer
+
+log = logging.getLogger(__name__)
+
+SCHEDULES = ("inverse_sqrt", "cosine", "constant")
+
+
+def lr_lambda(schedule: str, warmup_steps: int, total_steps: int, min_lr_ratio: float):
+    """Multiplier of the peak learning rate at optimizer step `step` (0-based).
+
+    Linear warmup over warmup_steps, then inverse square root (Vaswani et al.), cosine down to
+    min_lr_ratio at total_steps, or constant.
+    """
+
+    def factor(step: int) -> float:
+        step += 1
+        if step <= warmup_steps:
+            return step / warmup_steps
+        if schedule == "inverse_sqrt":
+            return math.sqrt(warmup_steps / step) if warmup_steps else 1 / math.sqrt(step)
+        if schedule == "cosine":
+            progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+            return min_lr_ratio + (1 - min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+        return 1.0
+
+    return factor
+
+
+class Seq2SeqModule(L.LightningModule):
+    """Trains a Seq2SeqTransformer with label-smoothed cross-entropy and AdamW.
+
+    Args:
+        net: ModelConfig fields except the vocabulary sizes and special ids, which come from
+            the vocabularies.
+        src_vocab, tgt_vocab: saved vocabularies (Vocabulary.to_dict()).
+        lr: peak learning rate. betas, weight_decay: AdamW's; decay applies to matrices only.
+        schedule: "inverse_sqrt", "cosine" or "constant", after warmup_steps of linear warmup.
+        min_lr_ratio: the cosine schedule's final learning rate, as a fraction of lr.
+        label_smoothing: of the cross-entropy loss.
+        max_len_a, max_len_b: greedy decoding makes at most a * source length + b tokens.
+        log_examples: decoded validation examples written to the log each validation epoch.
+    """
+
+    def __init__(
+        self,
+        net: dict[str, Any],
+        src_vocab: dict[str, Any],
+        tgt_vocab: dict[str, Any],
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.98),
+        weight_decay: float = 0.01,
+        schedule: str = "inverse_sqrt",
+        warmup_steps: int = 100,
+        min_lr_ratio: float = 0.0,
+        label_smoothing: float = 0.1,
+        max_len_a: float = 1.0,
+        max_len_b: int = 10,
+        log_examples: int = 3,
+    ) -> None:
+        super().__init__()
+        if schedule not in SCHEDULES:
+            raise ValueError(f"model.schedule must be one of {SCHEDULES}, got {schedule!r}")
+        for name, value in (("lr", lr), ("warmup_steps", warmup_steps + 1)):
+            if value <= 0:
+                raise ValueError(f"model.{name} must be positive, got {value}")
+        if not 0.0 <= label_smoothing < 1.0:
+            raise ValueError(f"model.label_smoothing must be in [0, 1), got {label_smoothing}")
+        self.save_hyperparameters()
+        self.src_vocab = Vocabulary.from_dict(src_vocab)
+        self.tgt_vocab = Vocabulary.from_dict(tgt_vocab)
+        v = self.tgt_vocab
+        self.config = ModelConfig(
+            src_vocab_size=len(self.src_vocab),
+            tgt_vocab_size=len(v),
+            pad_id=v.pad_id,
+            bos_id=v.bos_id,
+            eos_id=v.eos_id,
+            **net,
+        )
+        self.model = Seq2SeqTransformer(self.config)
+        # One collection per stage, so their states never mix (val_metrics, test_metrics, ...).
+        self.train_metrics = self._metrics("train")
+        self.val_metrics = self._metrics("val")
+        self.test_metrics = self._metrics("test")
+
+    def _metrics(self, stage: str) -> MetricCollection:
+        metrics = {
+            "loss": MeanMetric(),
+            "token_acc": MulticlassAccuracy(
+                len(self.tgt_vocab), average="micro", ignore_index=self.tgt_vocab.pad_id
+            ),
+        }
+        if stage != "train":
+            metrics["exact_match"] = MeanMetric()
+        return MetricCollection(metrics, prefix=f"{stage}/")
+
+    def _stage_metrics(self, stage: str) -> MetricCollection:
+        return getattr(self, f"{stage}_metrics")
+
+    def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
+        return self.model(src, tgt_in)
+
+    def model_step(self, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
+        """Loss averaged over the real (non-pad) target tokens, and the logits."""
+        logits = self.model(batch["src"], batch["tgt_in"])  # (B, T, V)
+        loss = F.cross_entropy(
+            logits.flatten(0, 1),
+            batch["labels"].flatten(),
+            ignore_index=self.tgt_vocab.pad_id,
+            label_smoothing=self.hparams.label_smoothing,
+        )
+        return loss, logits
+
+    def _update(self, stage: str, batch: dict[str, Tensor]) -> Tensor:
+        loss, logits = self.model_step(batch)
+        metrics = self._stage_metrics(stage)
+        n_tokens = (batch["labels"] != self.tgt_vocab.pad_id).sum()
+        metrics[f"{stage}/loss"].update(loss.detach(), weight=n_tokens)
+        metrics[f"{stage}/token_acc"].update(
+            logits.detach().flatten(0, 1), batch["labels"].flatten()
+        )
+        return loss
+
+    def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
+        loss = self._update("train", batch)
+        self.log("train/loss_step", loss, prog_bar=True, batch_size=batch["src"].size(0))
+        return loss
+
+    def on_train_epoch_end(self) -> None:
+        self._log_epoch("train")
+
+    def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
+        self._eval_step("val", batch, batch_idx)
+
+    def test_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
+        self._eval_step("test", batch, batch_idx)
+
+    def _eval_step(self, stage: str, batch: dict[str, Tensor], batch_idx: int) -> None:
+        self._update(stage, batch)
+        predictions = self.greedy(batch["src"])
+        self._stage_metrics(stage)[f"{stage}/exact_match"].update(
+            exact_match(predictions, batch["labels"], self.tgt_vocab.pad_id)
+        )
+        if stage == "val" and batch_idx == 0:
+            self._log_examples(batch, predictions)
+
+    def on_validation_epoch_end(self) -> None:
+        self._log_epoch("val")
+
+    def on_test_epoch_end(self) -> None:
+        self._log_epoch("test")
+
+    def _log_epoch(self, stage: str) -> None:
+        metrics = self._stage_metrics(stage)
+        # compute() already reduces across processes (torchmetrics syncs its states).
+        self.log_dict(metrics.compute(), prog_bar=stage == "val")
+        metrics.reset()
+
+    def greedy(self, src: Tensor) -> Tensor:
+        """(B, S) source ids -> (B, L) greedy predictions (EOS, then padding)."""
+        max_len = max_decode_length(self.model, src, self.hparams.max_len_a, self.hparams.max_len_b)
+        return greedy_decode(self.model, src, max_len)
+
+    def _log_examples(self, batch: dict[str, Tensor], predictions: Tensor) -> None:
+        if self.trainer.sanity_checking or not self.hparams.log_examples:
+            return
+        lines = [f"epoch {self.current_epoch} validation examples:"]
+        for i in range(min(self.hparams.log_examples, batch["src"].size(0))):
+            lines.append(f"  source:     {self.src_vocab.decode(batch['src'][i].tolist())}")
+            lines.append(f"  reference:  {self.tgt_vocab.decode(batch['labels'][i].tolist())}")
+            lines.append(f"  prediction: {self.tgt_vocab.decode(predictions[i].tolist())}")
+        if self.trainer.is_global_zero:
+            log.info("\n".join(lines))
+
+    def configure_optimizers(self) -> dict[str, Any]:
+        # Decay matrices (weights of linear maps and embeddings), not biases or norm gains.
+        decay = [p for p in self.parameters() if p.dim() >= 2]
+        no_decay = [p for p in self.parameters() if p.dim() < 2]
+        log.info(
+            "AdamW: %d tensors (%d parameters) with weight decay, %d (%d) without",
+            len(decay), sum(p.numel() for p in decay),
+            len(no_decay), sum(p.numel() for p in no_decay),
+        )  # fmt: skip
+        hp = self.hparams
+        optimizer = torch.optim.AdamW(
+            [
+                {"params": decay, "weight_decay": hp.weight_decay},
+                {"params": no_decay, "weight_decay": 0.0},
+            ],
+            lr=hp.lr,
+            betas=tuple(hp.betas),
+        )
+        total = int(self.trainer.estimated_stepping_batches)
+        factor = lr_lambda(hp.schedule, hp.warmup_steps, total, hp.min_lr_ratio)
+        # interval "step": stepped once per optimizer step, so right under gradient accumulation.
+        scheduler = {"scheduler": LambdaLR(optimizer, factor), "interval": "step"}
+        return {"optimizer": optimizer, "lr_scheduler": scheduler}
+
+
+def exact_match(predictions: Tensor, labels: Tensor, pad_id: int) -> Tensor:
+    """(B,) 1.0 where the prediction equals the label sequence up to and including EOS."""
+    width = max(predictions.size(1), labels.size(1))
+    predictions = F.pad(predictions, (0, width - predictions.size(1)), value=pad_id)
+    labels = F.pad(labels, (0, width - labels.size(1)), value=pad_id)
+    return (predictions == labels).all(dim=1).float()

@@ -1,0 +1,120 @@
+"""Synthetic tasks, the vocabulary, batching and the data module's cache."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from seq2seq.data import SyntheticDataModule, Vocabulary, collate
+from seq2seq.data.synthetic import generate
+
+
+def make_datamodule(data_dir: Path, **overrides) -> SyntheticDataModule:
+    args = dict(
+        task="reverse",
+        num_symbols=10,
+        min_len=1,
+        max_len=6,
+        train_size=300,
+        val_size=40,
+        test_size=60,
+        seed=3,
+        batch_size=16,
+        num_workers=0,
+        data_dir=str(data_dir),
+    )
+    return SyntheticDataModule(**{**args, **overrides})
+
+
+def test_vocabulary_round_trip_and_specials() -> None:
+    vocab = Vocabulary(["a", "b", "c"])
+    assert len(vocab) == 7
+    assert vocab.decode(vocab.encode("b c a")) == "b c a"
+    assert vocab.encode("a z") == [4, vocab.unk_id]
+    assert vocab.decode([vocab.bos_id, 5, vocab.eos_id, 6]) == "b"  # stops at EOS
+    assert Vocabulary.from_dict(vocab.to_dict()) == vocab
+    with pytest.raises(ValueError, match="special tokens"):
+        Vocabulary(["a", "<pad>"])
+
+
+def test_collate_shifts_the_target_and_pads() -> None:
+    examples = [{"src_ids": [5, 6, 7], "tgt_ids": [8, 9]}, {"src_ids": [4], "tgt_ids": [10]}]
+    batch = collate(examples, pad_id=0, bos_id=1, eos_id=2)
+    assert batch["src"].tolist() == [[5, 6, 7], [4, 0, 0]]
+    assert batch["tgt_in"].tolist() == [[1, 8, 9], [1, 10, 0]]
+    assert batch["labels"].tolist() == [[8, 9, 2], [10, 2, 0]]
+
+
+@pytest.mark.parametrize(
+    ("task", "expected"), [("copy", "3 9 4"), ("reverse", "4 9 3"), ("sort", "3 4 9")]
+)
+def test_tasks_map_source_to_target(task: str, expected: str) -> None:
+    from seq2seq.data.synthetic import TASKS
+
+    assert " ".join(map(str, TASKS[task]([3, 9, 4]))) == expected
+
+
+def splits(**kwargs) -> dict[str, list[dict[str, str]]]:
+    args = dict(
+        task="sort", num_symbols=5, min_len=1, max_len=4, train_size=500, val_size=30,
+        test_size=50, seed=1,
+    )  # fmt: skip
+    return {
+        s: list(generate(split=s, **{**args, **kwargs})) for s in ("train", "validation", "test")
+    }
+
+
+def test_generation_is_seeded_and_held_out_sequences_stay_out_of_training() -> None:
+    a, b = splits(), splits()
+    assert a == b
+    assert splits(seed=2) != a
+    assert [len(a[s]) for s in a] == [500, 30, 50]
+    train = {e["src"] for e in a["train"]}
+    held_out = [e["src"] for e in a["validation"] + a["test"]]
+    assert len(set(held_out)) == len(held_out)  # distinct
+    assert not train & set(held_out)
+    # Every length still occurs in training (at most half of each length is held out).
+    assert {len(s.split()) for s in train} == {1, 2, 3, 4}
+    assert all(e["tgt"] == " ".join(sorted(e["src"].split())) for e in a["train"])
+
+
+def test_impossible_held_out_sizes_fail_clearly(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"val_size \+ data.test_size = 100 exceeds the 3"):
+        make_datamodule(tmp_path, num_symbols=2, min_len=1, max_len=2, val_size=50, test_size=50)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"task": "hueg"}, "unknown task 'hueg'; choose one of"),
+        ({"batch_size": 0}, "batch_size must be a positive integer, got 0"),
+        ({"min_len": 5, "max_len": 2}, "min_len=5 and max_len=2"),
+        ({"train_size": 0}, "train_size must be a positive integer, got 0"),
+    ],
+)
+def test_bad_data_settings_fail_clearly(tmp_path: Path, overrides: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        make_datamodule(tmp_path, **overrides)
+
+
+def test_datamodule_batches_and_caches_under_data_dir(tmp_path: Path) -> None:
+    dm = make_datamodule(tmp_path)
+    dm.prepare_data()
+    dm.setup("fit")
+    batch = next(iter(dm.train_dataloader()))
+    assert batch["src"].shape[0] == 16
+    assert batch["tgt_in"].shape == batch["labels"].shape
+    assert (batch["tgt_in"][:, 0] == dm.tgt_vocab.bos_id).all()
+    # Reverse: the label sequence (before EOS) is the source reversed.
+    src = dm.src_vocab.decode(batch["src"][0].tolist()).split()
+    assert dm.tgt_vocab.decode(batch["labels"][0].tolist()).split() == src[::-1]
+    files = {f["filename"] for split in dm.splits.values() for f in split.cache_files}
+    assert files and all(Path(f).is_relative_to(tmp_path) for f in files)
+
+    again = make_datamodule(tmp_path)
+    again.setup("fit")
+    assert {f["filename"] for s in again.splits.values() for f in s.cache_files} == files
+    first = next(iter(again.val_dataloader()))
+    assert torch.equal(first["src"], next(iter(dm.val_dataloader()))["src"])

@@ -1,0 +1,209 @@
+"""The training application: configs compose and instantiate, train(cfg) runs and converges,
+checkpoints reload, the command line works, bad config values fail early and clearly."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from hydra.core.hydra_config import HydraConfig
+from hydra.utils import instantiate
+from omegaconf import DictConfig, open_dict
+
+from seq2seq.module import Seq2SeqModule, exact_match
+from train import _root_cause, train
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG_DIR = ROOT / "configs"
+GROUPS = {
+    group: sorted(p.stem for p in (CONFIG_DIR / group).glob("*.yaml"))
+    for group in ("data", "model", "trainer", "callbacks", "logger", "experiment", "debug")
+}
+SMALL_DATA = ["data.train_size=256", "data.val_size=32", "data.test_size=32"]
+
+
+@pytest.fixture(scope="session")
+def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One dataset cache for the whole session, as under data/ for a user."""
+    return tmp_path_factory.mktemp("data")
+
+
+def compose_train(tmp_path: Path, data_dir: Path, overrides: list[str]) -> DictConfig:
+    """The real train.yaml, with outputs under tmp_path."""
+    with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
+        cfg = compose("train", overrides=overrides, return_hydra_config=True)
+    HydraConfig.instance().set_config(cfg)
+    with open_dict(cfg):
+        cfg.paths.root_dir = str(tmp_path)
+        cfg.paths.output_dir = str(tmp_path / "run")
+        cfg.paths.log_dir = str(tmp_path)
+        cfg.paths.data_dir = str(data_dir)
+        del cfg.hydra
+    return cfg
+
+
+def test_config_groups_are_complete() -> None:
+    assert GROUPS["data"] == ["copy", "reverse", "sort"]
+    assert GROUPS["model"] == ["base", "small", "tiny"]
+    assert GROUPS["trainer"] == ["auto", "cpu", "ddp", "ddp_cpu", "default", "gpu", "mps"]
+    assert GROUPS["logger"] == ["csv", "none", "tensorboard"]
+    assert {"copy", "reverse", "sort"} <= set(GROUPS["experiment"])
+    assert GROUPS["debug"] == ["fdr", "limit", "overfit"]
+
+
+@pytest.mark.parametrize("group", sorted(GROUPS))
+def test_every_config_group_composes_and_instantiates(
+    group: str, tmp_path: Path, data_dir: Path
+) -> None:
+    for option in GROUPS[group]:
+        cfg = compose_train(tmp_path, data_dir, [f"{group}={option}", *SMALL_DATA])
+        datamodule = instantiate(cfg.data)
+        vocab = datamodule.tgt_vocab.to_dict()
+        module = instantiate(cfg.model, src_vocab=vocab, tgt_vocab=vocab)
+        assert isinstance(module, Seq2SeqModule)
+        for conf in {**(cfg.get("callbacks") or {}), **(cfg.get("logger") or {})}.values():
+            instantiate(conf)
+        if cfg.trainer.accelerator in ("cpu", "auto"):  # this machine has no GPU or MPS
+            trainer = instantiate(cfg.trainer)
+            assert trainer.num_devices == (2 if option == "ddp_cpu" else 1)
+        else:
+            assert cfg.trainer.accelerator in ("gpu", "mps")
+
+
+@pytest.mark.parametrize("model", GROUPS["model"])
+@pytest.mark.parametrize("data", GROUPS["data"])
+def test_fast_dev_run_for_every_task_and_size(
+    data: str, model: str, tmp_path: Path, data_dir: Path
+) -> None:
+    cfg = compose_train(tmp_path, data_dir, [f"data={data}", f"model={model}", "debug=fdr"])
+    summary = train(cfg)
+    assert set(summary["test"]) == {"test/loss", "test/token_acc", "test/exact_match"}
+    assert all(0 <= v < float("inf") for v in summary["test"].values())
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> tuple[dict, DictConfig]:
+    """One real training run on the copy task, shared by the tests that inspect its results."""
+    tmp_path = tmp_path_factory.mktemp("copy_run")
+    overrides = [
+        "data.max_len=6",
+        "data.train_size=4000",
+        "data.val_size=200",
+        "data.test_size=500",
+        "trainer.max_epochs=5",
+    ]
+    cfg = compose_train(tmp_path, data_dir, overrides)
+    return train(cfg), cfg
+
+
+def test_tiny_model_learns_the_copy_task(trained: tuple[dict, DictConfig]) -> None:
+    summary, _ = trained
+    assert summary["test"]["test/exact_match"] >= 0.99
+
+
+def test_run_writes_checkpoints_metrics_and_summary(trained: tuple[dict, DictConfig]) -> None:
+    summary, cfg = trained
+    run_dir = Path(cfg.paths.output_dir)
+    assert Path(summary["best_checkpoint"]).is_file()
+    assert Path(summary["last_checkpoint"]) == run_dir / "checkpoints" / "last.ckpt"
+    assert json.loads((run_dir / "summary.json").read_text()) == summary
+    with open(run_dir / "csv" / "metrics.csv") as f:
+        rows = list(csv.DictReader(f))
+    val = [float(r["val/exact_match"]) for r in rows if r.get("val/exact_match")]
+    assert len(val) == 5 and val[-1] > val[0]  # one validation per epoch, improving
+    assert any(r.get("lr-AdamW/pg1") for r in rows)
+
+
+def test_checkpoint_alone_reproduces_the_test_exact_match(
+    trained: tuple[dict, DictConfig],
+) -> None:
+    summary, cfg = trained
+    module = Seq2SeqModule.load_from_checkpoint(summary["best_checkpoint"]).eval()
+    datamodule = instantiate(cfg.data)
+    datamodule.setup("test")
+    # The vocabulary came from the checkpoint, not from the data module.
+    assert module.tgt_vocab == datamodule.tgt_vocab
+    matches = [
+        exact_match(module.greedy(b["src"]), b["labels"], module.tgt_vocab.pad_id)
+        for b in datamodule.test_dataloader()
+    ]
+    assert torch.cat(matches).mean().item() == pytest.approx(summary["test"]["test/exact_match"])
+
+
+def test_learning_rate_warms_up_then_decays(trained: tuple[dict, DictConfig]) -> None:
+    _, cfg = trained
+    with open(Path(cfg.paths.output_dir) / "csv" / "metrics.csv") as f:
+        lrs = [float(r["lr-AdamW/pg1"]) for r in csv.DictReader(f) if r.get("lr-AdamW/pg1")]
+    peak = max(lrs)
+    # Logged every 25 steps: the first value is 25/100 of the way through the warmup.
+    assert lrs[0] == pytest.approx(cfg.model.lr * 25 / cfg.model.warmup_steps)
+    assert peak == pytest.approx(cfg.model.lr, rel=0.05)
+    assert lrs[-1] < peak / 10  # cosine decays towards min_lr_ratio * lr
+
+
+def run_cli(*overrides: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(ROOT / "train.py"), *overrides],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_command_line_overrides_select_task_model_and_device(
+    tmp_path: Path, data_dir: Path
+) -> None:
+    result = run_cli(
+        "trainer=cpu",
+        "model=tiny",
+        "data=reverse",
+        "trainer.max_epochs=1",
+        "logger=none",
+        f"paths.data_dir={data_dir}",
+        *SMALL_DATA,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    (summary_file,) = (tmp_path / "outputs" / "train" / "runs").glob("*/summary.json")
+    summary = json.loads(summary_file.read_text())
+    assert Path(summary["best_checkpoint"]).is_file()
+    module = Seq2SeqModule.load_from_checkpoint(summary["best_checkpoint"])
+    assert module.hparams.net["d_model"] == 64  # model=tiny
+    config = (summary_file.parent / ".hydra" / "config.yaml").read_text()
+    assert "task: reverse" in config
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["model.net.num_heads=0"], "num_heads must be a positive integer, got 0"),
+        (["data.task=hueg"], "unknown task 'hueg'"),
+        (["model.net.d_model=30"], "d_model must be divisible by num_heads"),
+        (["data.batch_size=0"], "data.batch_size must be a positive integer, got 0"),
+        (["model.schedule=linear"], "model.schedule must be one of"),
+    ],
+)
+def test_bad_config_values_fail_before_training(
+    overrides: list[str], message: str, tmp_path: Path, data_dir: Path
+) -> None:
+    cfg = compose_train(tmp_path, data_dir, [*overrides, *SMALL_DATA])
+    with pytest.raises(Exception) as info:
+        train(cfg)
+    assert isinstance(_root_cause(info.value), ValueError)
+    assert message in str(_root_cause(info.value))
+    assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+def test_bad_config_on_the_command_line_is_one_line(tmp_path: Path) -> None:
+    result = run_cli("model.net.num_heads=0", "logger=none", cwd=tmp_path)
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert lines[-1] == "error: num_heads must be a positive integer, got 0"
+    assert "Traceback" not in result.stderr

@@ -1,0 +1,135 @@
+"""Train the seq2seq Transformer: `python train.py [overrides...]`.
+
+    python train.py                                   # copy task, tiny model, CPU
+    python train.py data=reverse model=small trainer=gpu
+    python train.py -m model.net.num_heads=1,2,4 seed=0,1,2   # a sweep
+    python train.py ckpt_path=outputs/train/runs/<run>/checkpoints/last.ckpt   # resume
+
+`train(cfg)` does the work and is what the tests call; `main` is the thin Hydra wrapper that
+composes the config and turns bad input into a one-line error.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import hydra
+from hydra.errors import InstantiationException
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
+log = logging.getLogger("train")
+
+# ${pid:} in run directory names: two runs started in the same microsecond still differ.
+OmegaConf.register_new_resolver("pid", lambda: os.getpid(), replace=True)
+
+
+def instantiate_group(group: DictConfig | None, kind: str) -> list[Any]:
+    """Instantiate every entry of a config group that maps names to `_target_` configs."""
+    objects = []
+    for name, conf in (group or {}).items():
+        if conf is not None and "_target_" in conf:
+            log.info("Instantiating %s %s <%s>", kind, name, conf._target_)
+            objects.append(instantiate(conf))
+    return objects
+
+
+def train(cfg: DictConfig) -> dict[str, Any]:
+    """Fit, then test the best checkpoint; returns (and writes) the run's summary."""
+    import lightning as L
+
+    if logging.getLogger().handlers:
+        # `import lightning` adds its own console handler, and its records also reach the
+        # root logger Hydra set up: without this every Lightning line would print twice.
+        logging.getLogger("lightning").handlers.clear()
+    L.seed_everything(cfg.seed, workers=True)
+
+    log.info("Instantiating data <%s>", cfg.data._target_)
+    datamodule = instantiate(cfg.data)
+    # The vocabularies are needed to size the model; setup() is idempotent for Lightning.
+    datamodule.prepare_data()
+    datamodule.setup("fit")
+
+    log.info("Instantiating model <%s>", cfg.model._target_)
+    module = instantiate(
+        cfg.model,
+        src_vocab=datamodule.src_vocab.to_dict(),
+        tgt_vocab=datamodule.tgt_vocab.to_dict(),
+    )
+    callbacks = instantiate_group(cfg.get("callbacks"), "callback")
+    loggers = instantiate_group(cfg.get("logger"), "logger")
+    if not loggers:  # the learning-rate monitor refuses to run without a logger
+        callbacks = [
+            c for c in callbacks if not isinstance(c, L.pytorch.callbacks.LearningRateMonitor)
+        ]
+    log.info("Instantiating trainer <%s>", cfg.trainer._target_)
+    trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
+
+    try:
+        if cfg.train:
+            trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
+        test_metrics: dict[str, float] = {}
+        best = _best_checkpoint(trainer) if cfg.train else cfg.get("ckpt_path")
+        if cfg.test:
+            if best is None:
+                log.warning("No checkpoint was saved; testing the weights in memory")
+            results = trainer.test(module, datamodule=datamodule, ckpt_path=best)
+            test_metrics = {k: float(v) for k, v in (results[0] if results else {}).items()}
+    finally:
+        for logger in loggers:
+            logger.finalize("success")
+
+    summary = {
+        "run_dir": str(Path(cfg.paths.output_dir)),
+        "best_checkpoint": best,
+        "last_checkpoint": _last_checkpoint(trainer),
+        "test": test_metrics,
+    }
+    if trainer.is_global_zero:
+        Path(cfg.paths.output_dir).mkdir(parents=True, exist_ok=True)
+        (Path(cfg.paths.output_dir) / "summary.json").write_text(json.dumps(summary, indent=2))
+        log.info("Run directory:   %s", summary["run_dir"])
+        log.info("Best checkpoint: %s", best)
+        for name, value in test_metrics.items():
+            log.info("%-16s %.4f", name + ":", value)
+    return summary
+
+
+def _best_checkpoint(trainer: Any) -> str | None:
+    callback = trainer.checkpoint_callback
+    path = getattr(callback, "best_model_path", "") if callback is not None else ""
+    return path or None
+
+
+def _last_checkpoint(trainer: Any) -> str | None:
+    callback = trainer.checkpoint_callback
+    path = getattr(callback, "last_model_path", "") if callback is not None else ""
+    return path or None
+
+
+def _root_cause(error: BaseException) -> BaseException:
+    while isinstance(error, InstantiationException) and error.__cause__ is not None:
+        error = error.__cause__
+    return error
+
+
+@hydra.main(version_base="1.3", config_path="configs", config_name="train")
+def main(cfg: DictConfig) -> float | None:
+    try:
+        summary = train(cfg)
+    except (ValueError, InstantiationException) as error:
+        if os.environ.get("HYDRA_FULL_ERROR") == "1":
+            raise
+        print(f"error: {_root_cause(error)}", file=sys.stderr)
+        sys.exit(1)
+    # A sweeper (e.g. Optuna) optimises the returned value.
+    return summary["test"].get("test/exact_match")
+
+
+if __name__ == "__main__":
+    main()
