@@ -1,15 +1,23 @@
-"""Decoding from a trained model: batched, cached, stopping at EOS.
+"""Decoding from a trained model: greedy, beam search and sampling.
 
-Greedy decoding is here; every step feeds only the newest token and reuses the decoder's
-key/value cache, and the cross-attention keys/values of the source are computed once.
+All three are batched, stop when every sequence has produced EOS (or at max_len), and use the
+decoder's key/value cache: each step feeds only the newest token, and the cross-attention keys
+and values of the source are computed once. Outputs are token ids without BOS, each row ending
+with EOS (unless cut at max_len) and padded after it.
+
+Put the model in eval mode first (dropout would make every method random).
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
 
 from seq2seq.model import Seq2SeqTransformer
+
+__all__ = ["beam_search", "greedy_decode", "max_decode_length", "sample_decode"]
 
 
 def max_decode_length(
@@ -20,31 +28,164 @@ def max_decode_length(
     return max(1, min(int(max_len_a * source_length + max_len_b), model.config.max_positions))
 
 
-@torch.no_grad()
-def greedy_decode(model: Seq2SeqTransformer, src: Tensor, max_len: int) -> Tensor:
-    """Most likely next token at every step, for a whole batch at once.
-
-    Args:
-        model: the Transformer (put it in eval mode first).
-        src: (B, S) source ids, padded with the config's pad id.
-        max_len: most tokens to produce per sequence, EOS included.
-
-    Returns:
-        (B, L) token ids, L <= max_len: each row ends with EOS (unless cut at max_len) and is
-        padded after it. BOS is not included.
-    """
+def _token_by_token(
+    model: Seq2SeqTransformer,
+    src: Tensor,
+    max_len: int,
+    pick: Callable[[Tensor], Tensor],
+    use_cache: bool = True,
+) -> Tensor:
+    """The loop greedy decoding and sampling share: pick(logits (B, V)) -> tokens (B,)."""
     cfg = model.config
     memory, memory_mask = model.encode(src), model.keep_mask(src)
-    cache = model.new_cache()
-    step_input = torch.full((src.size(0), 1), cfg.bos_id, dtype=torch.long, device=src.device)
+    cache = model.new_cache() if use_cache else None
+    prefix = torch.full((src.size(0), 1), cfg.bos_id, dtype=torch.long, device=src.device)
     finished = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
-    out = []
     for _ in range(max_len):
+        step_input = prefix[:, -1:] if use_cache else prefix
         logits = model.decode(step_input, memory, memory_mask, cache)[:, -1]  # (B, V)
-        token = logits.argmax(-1).masked_fill(finished, cfg.pad_id)
-        out.append(token)
+        token = pick(logits).masked_fill(finished, cfg.pad_id)
+        prefix = torch.cat([prefix, token[:, None]], dim=1)
         finished |= token == cfg.eos_id
         if bool(finished.all()):
             break
-        step_input = token[:, None]
-    return torch.stack(out, dim=1)
+    return prefix[:, 1:]
+
+
+@torch.no_grad()
+def greedy_decode(
+    model: Seq2SeqTransformer, src: Tensor, max_len: int, use_cache: bool = True
+) -> Tensor:
+    """The most likely next token at every step.
+
+    Args:
+        model: the Transformer, in eval mode.
+        src: (B, S) source ids, padded with the config's pad id.
+        max_len: most tokens to produce per sequence, EOS included.
+        use_cache: False re-runs the decoder over the whole prefix at every step (the slow
+            reference the cache is measured and tested against).
+
+    Returns:
+        (B, L) token ids, L <= max_len.
+    """
+    return _token_by_token(model, src, max_len, lambda logits: logits.argmax(-1), use_cache)
+
+
+@torch.no_grad()
+def sample_decode(
+    model: Seq2SeqTransformer,
+    src: Tensor,
+    max_len: int,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    generator: torch.Generator | None = None,
+) -> Tensor:
+    """Draw each next token from the model's distribution.
+
+    Args:
+        temperature: divides the logits; below 1 sharpens, above 1 flattens.
+        top_k: keep only the k most likely tokens (0: all).
+        top_p: keep the smallest set of most likely tokens whose probability reaches p
+            (nucleus sampling; 1.0: all).
+        generator: a seeded torch.Generator on src's device, for reproducible samples.
+
+    Returns:
+        (B, L) token ids, L <= max_len.
+    """
+    if temperature <= 0:
+        raise ValueError(f"temperature must be positive, got {temperature}")
+    if top_k < 0:
+        raise ValueError(f"top_k must be 0 (off) or positive, got {top_k}")
+    if not 0.0 < top_p <= 1.0:
+        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+
+    def pick(logits: Tensor) -> Tensor:
+        logits = filter_logits(logits.float() / temperature, top_k, top_p)
+        return torch.multinomial(logits.softmax(-1), 1, generator=generator).squeeze(1)
+
+    return _token_by_token(model, src, max_len, pick)
+
+
+def filter_logits(logits: Tensor, top_k: int = 0, top_p: float = 1.0) -> Tensor:
+    """(B, V) logits with the tokens outside top-k / top-p set to -inf."""
+    if top_k and top_k < logits.size(-1):
+        kth = logits.topk(top_k, dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_logits, order = logits.sort(dim=-1, descending=True)
+        probs = sorted_logits.softmax(-1)
+        # Drop a token when the tokens before it already reach top_p (the first always stays).
+        drop_sorted = probs.cumsum(-1) - probs >= top_p
+        drop = drop_sorted.scatter(-1, order, drop_sorted)
+        logits = logits.masked_fill(drop, float("-inf"))
+    return logits
+
+
+@torch.no_grad()
+def beam_search(
+    model: Seq2SeqTransformer,
+    src: Tensor,
+    max_len: int,
+    beam_size: int = 4,
+    length_penalty: float = 1.0,
+    n_best: int = 1,
+) -> tuple[Tensor, Tensor]:
+    """Keep the beam_size best partial translations of each source at every step.
+
+    Hypotheses are ranked by log-probability / length ** length_penalty (0: raw log-prob,
+    which favours short outputs; 1: per-token average). A hypothesis that has produced EOS stays
+    in the beam, frozen, until every beam of every source has finished or max_len is reached,
+    so one tensor holds the whole search (no per-sentence Python lists).
+
+    Returns:
+        tokens (B, n_best, L) and their scores (B, n_best), best first.
+    """
+    if beam_size < 1:
+        raise ValueError(f"beam_size must be at least 1, got {beam_size}")
+    if not 1 <= n_best <= beam_size:
+        raise ValueError(f"n_best must be in [1, beam_size={beam_size}], got {n_best}")
+    cfg = model.config
+    b, k, device = src.size(0), beam_size, src.device
+    memory = model.encode(src).repeat_interleave(k, dim=0)  # (B*K, S, D)
+    memory_mask = model.keep_mask(src).repeat_interleave(k, dim=0)
+    cache = model.new_cache()
+
+    tokens = torch.full((b * k, 1), cfg.bos_id, dtype=torch.long, device=device)
+    log_prob = torch.full((b, k), float("-inf"), device=device)
+    log_prob[:, 0] = 0.0  # one live beam at the start, so the first step has no duplicates
+    length = torch.zeros(b, k, device=device)
+    finished = torch.zeros(b, k, dtype=torch.bool, device=device)
+    offsets = (torch.arange(b, device=device) * k)[:, None]  # (B, 1)
+
+    for _ in range(max_len):
+        logits = model.decode(tokens[:, -1:], memory, memory_mask, cache)[:, -1]  # (B*K, V)
+        step = logits.float().log_softmax(-1).view(b, k, -1)  # (B, K, V)
+        vocab = step.size(-1)
+        # A finished beam can only continue with padding, at no cost.
+        frozen = torch.full_like(step, float("-inf"))
+        frozen[..., cfg.pad_id] = 0.0
+        step = torch.where(finished[..., None], frozen, step)
+
+        cand_log_prob = (log_prob[..., None] + step).view(b, k * vocab)
+        cand_length = (length + (~finished).float())[..., None].expand(b, k, vocab)
+        cand_length = cand_length.reshape(b, k * vocab)
+        score = cand_log_prob / cand_length.clamp(min=1) ** length_penalty
+        best = score.topk(k, dim=-1).indices  # (B, K)
+        origin, token = best // vocab, best % vocab
+
+        log_prob = cand_log_prob.gather(1, best)
+        length = cand_length.gather(1, best)
+        finished = finished.gather(1, origin) | (token == cfg.eos_id)
+        rows = (offsets + origin).view(-1)  # (B*K,) which beam each new beam extends
+        cache.reorder(rows)
+        tokens = torch.cat([tokens[rows], token.view(-1, 1)], dim=1)
+        if bool(finished.all()):
+            break
+
+    final = log_prob / length.clamp(min=1) ** length_penalty  # (B, K)
+    top, order = final.topk(n_best, dim=-1)
+    chosen = (
+        tokens[:, 1:].view(b, k, -1).gather(1, order[..., None].expand(-1, -1, tokens.size(1) - 1))
+    )
+    return chosen, top
