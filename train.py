@@ -40,7 +40,11 @@ def instantiate_group(group: DictConfig | None, kind: str) -> list[Any]:
 
 
 def train(cfg: DictConfig) -> dict[str, Any]:
-    """Fit, then test the best checkpoint; returns (and writes) the run's summary."""
+    """Fit, then test the best checkpoint; returns (and writes) the run's summary.
+
+    With train=false, only tests the checkpoint at ckpt_path (decoding settings such as
+    model.beam_size come from the config, everything else from the checkpoint).
+    """
     import lightning as L
 
     if logging.getLogger().handlers:
@@ -54,13 +58,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     # The vocabularies are needed to size the model; setup() is idempotent for Lightning.
     datamodule.prepare_data()
     datamodule.setup("fit")
+    module = build_module(cfg, datamodule)
 
-    log.info("Instantiating model <%s>", cfg.model._target_)
-    module = instantiate(
-        cfg.model,
-        src_vocab=datamodule.src_vocab.to_dict(),
-        tgt_vocab=datamodule.tgt_vocab.to_dict(),
-    )
     callbacks = instantiate_group(cfg.get("callbacks"), "callback")
     loggers = instantiate_group(cfg.get("logger"), "logger")
     if not loggers:  # the learning-rate monitor refuses to run without a logger
@@ -71,13 +70,14 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
 
     try:
+        test_metrics: dict[str, float] = {}
+        best = None
         if cfg.train:
             trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
-        test_metrics: dict[str, float] = {}
-        best = _best_checkpoint(trainer) if cfg.train else cfg.get("ckpt_path")
-        if cfg.test:
+            best = _checkpoint_path(trainer, "best_model_path")
             if best is None:
                 log.warning("No checkpoint was saved; testing the weights in memory")
+        if cfg.test:
             results = trainer.test(module, datamodule=datamodule, ckpt_path=best)
             test_metrics = {k: float(v) for k, v in (results[0] if results else {}).items()}
     finally:
@@ -86,30 +86,61 @@ def train(cfg: DictConfig) -> dict[str, Any]:
 
     summary = {
         "run_dir": str(Path(cfg.paths.output_dir)),
-        "best_checkpoint": best,
-        "last_checkpoint": _last_checkpoint(trainer),
+        "best_checkpoint": best if cfg.train else cfg.ckpt_path,
+        "last_checkpoint": _checkpoint_path(trainer, "last_model_path"),
         "test": test_metrics,
     }
     if trainer.is_global_zero:
-        Path(cfg.paths.output_dir).mkdir(parents=True, exist_ok=True)
-        (Path(cfg.paths.output_dir) / "summary.json").write_text(json.dumps(summary, indent=2))
-        log.info("Run directory:   %s", summary["run_dir"])
-        log.info("Best checkpoint: %s", best)
-        for name, value in test_metrics.items():
-            log.info("%-16s %.4f", name + ":", value)
+        _report(summary, datamodule)
     return summary
 
 
-def _best_checkpoint(trainer: Any) -> str | None:
-    callback = trainer.checkpoint_callback
-    path = getattr(callback, "best_model_path", "") if callback is not None else ""
-    return path or None
+def build_module(cfg: DictConfig, datamodule: Any) -> Any:
+    """A new module sized by the data's vocabularies, or (train=false) the checkpoint's."""
+    if cfg.train:
+        log.info("Instantiating model <%s>", cfg.model._target_)
+        module = instantiate(
+            cfg.model,
+            src_vocab=datamodule.src_vocab.to_dict(),
+            tgt_vocab=datamodule.tgt_vocab.to_dict(),
+        )
+        module.run_config = OmegaConf.to_container(cfg, resolve=True)
+        return module
+    if not cfg.get("ckpt_path"):
+        raise ValueError("train=false needs a checkpoint to evaluate: add ckpt_path=PATH")
+    from seq2seq.checkpoint import load_module
+
+    log.info("Loading model from %s", cfg.ckpt_path)
+    module = load_module(cfg.ckpt_path)
+    if (module.src_vocab, module.tgt_vocab) != (datamodule.src_vocab, datamodule.tgt_vocab):
+        raise ValueError(
+            f"the vocabulary of {cfg.ckpt_path} differs from the configured data's; "
+            "evaluate with the data config the checkpoint was trained on"
+        )
+    for name in ("beam_size", "length_penalty", "max_len_a", "max_len_b"):
+        module.hparams[name] = cfg.model[name]  # decoding settings may differ from training
+    return module
 
 
-def _last_checkpoint(trainer: Any) -> str | None:
+def _report(summary: dict[str, Any], datamodule: Any) -> None:
+    """Write summary.json and print where things are and how to use them."""
+    run_dir = Path(summary["run_dir"])
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    log.info("Run directory:   %s", run_dir)
+    log.info("Best checkpoint: %s", summary["best_checkpoint"])
+    for name, value in summary["test"].items():
+        log.info("%-16s %.4f", name + ":", value)
+    ckpt = summary["best_checkpoint"] or summary["last_checkpoint"]
+    if ckpt:
+        example = datamodule.src_vocab.decode(datamodule.splits["test"][0]["src_ids"])
+        log.info('Translate with:  python -m seq2seq.translate --ckpt %s "%s"', ckpt, example)
+        log.info("Inspect with:    python -m seq2seq.inspect %s", ckpt)
+
+
+def _checkpoint_path(trainer: Any, attribute: str) -> str | None:
     callback = trainer.checkpoint_callback
-    path = getattr(callback, "last_model_path", "") if callback is not None else ""
-    return path or None
+    return (getattr(callback, attribute, "") if callback is not None else "") or None
 
 
 def _root_cause(error: BaseException) -> BaseException:

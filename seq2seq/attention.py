@@ -23,6 +23,8 @@ packed ``in_proj_weight`` would break the parameter names of the documents.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch
 import torch.nn.functional as F
@@ -34,6 +36,7 @@ __all__ = [
     "MultiHeadAttention",
     "MultiHeadSelfAttention",
     "attend",
+    "capture_attention",
     "causal_mask",
 ]
 
@@ -75,11 +78,13 @@ def _normalize_mask(mask: Tensor, shape: tuple[int, int, int, int]) -> Tensor:
             f"mask must be boolean (True = may attend), got dtype {mask.dtype}; "
             "pass mask.bool() or a comparison such as tokens != pad_id"
         )
-    try:
-        broadcast = torch.broadcast_shapes(tuple(mask.shape), shape)
-    except RuntimeError:
-        broadcast = None
-    if broadcast != shape:
+    # By hand rather than torch.broadcast_shapes, which costs more than the check is worth
+    # on every decoding step. Each mask dimension must be 1 or the score's size.
+    dims = tuple(mask.shape)
+    fits = len(dims) <= 4 and all(
+        d in (1, n) for d, n in zip(dims[::-1], shape[::-1], strict=False)
+    )
+    if not fits:
         raise ValueError(
             f"mask of shape {tuple(mask.shape)} cannot broadcast to the attention scores' "
             f"shape (B, H, Tq, Tk) = {shape}"
@@ -110,6 +115,8 @@ def attend(
         (B, H, Tq, Dv) output and the probabilities or None.
     """
     tq, tk = q.size(-2), k.size(-2)
+    if is_causal and tq == 1:
+        is_causal = False  # one query, the newest position: every key is at or before it
     if is_causal and (may_attend is not None or tq != tk or need_weights):
         causal = causal_mask(tq, tk, q.device)
         may_attend = causal if may_attend is None else may_attend & causal
@@ -155,29 +162,50 @@ class KVCache:
 
     For self-attention each step appends the new positions; for cross-attention the keys and
     values of the source are stored once and reused. Tensors are (B, H, T, Dk) and (B, H, T, Dv).
+    Appending writes into a buffer that doubles when full, so a step costs O(1) copies rather
+    than re-copying the whole cache (which made long decodes quadratic).
     """
 
     def __init__(self) -> None:
-        self.k: Tensor | None = None
-        self.v: Tensor | None = None
+        self._k: Tensor | None = None  # (B, H, capacity, Dk)
+        self._v: Tensor | None = None
+        self._length = 0
 
     def __len__(self) -> int:
-        return 0 if self.k is None else self.k.size(-2)
+        return self._length
+
+    @property
+    def k(self) -> Tensor | None:
+        return None if self._k is None else self._k[:, :, : self._length]
+
+    @property
+    def v(self) -> Tensor | None:
+        return None if self._v is None else self._v[:, :, : self._length]
 
     def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Add new positions along the time axis and return all keys and values so far."""
-        if self.k is None or self.v is None:
-            self.k, self.v = k, v
-        else:
-            self.k = torch.cat([self.k, k], dim=-2)
-            self.v = torch.cat([self.v, v], dim=-2)
-        return self.k, self.v
+        new_length = self._length + k.size(-2)
+        if self._k is None or self._v is None or new_length > self._k.size(-2):
+            capacity = max(new_length, 2 * (0 if self._k is None else self._k.size(-2)), 16)
+            self._k = self._grow(self._k, k, capacity)
+            self._v = self._grow(self._v, v, capacity)
+        self._k[:, :, self._length : new_length] = k
+        self._v[:, :, self._length : new_length] = v
+        self._length = new_length
+        return self._k[:, :, :new_length], self._v[:, :, :new_length]
+
+    def _grow(self, old: Tensor | None, like: Tensor, capacity: int) -> Tensor:
+        b, h, _, d = like.shape
+        buffer = like.new_empty(b, h, capacity, d)
+        if old is not None:
+            buffer[:, :, : self._length] = old[:, :, : self._length]
+        return buffer
 
     def reorder(self, index: Tensor) -> None:
         """Keep the batch rows named by index, in that order (beam search reshuffles beams)."""
-        if self.k is not None and self.v is not None:
-            self.k = self.k.index_select(0, index)
-            self.v = self.v.index_select(0, index)
+        if self._k is not None and self._v is not None:
+            self._k = self._k.index_select(0, index)
+            self._v = self._v.index_select(0, index)
 
 
 class _Attention(nn.Module):
@@ -360,3 +388,37 @@ class CrossAttention(_Attention):
             if cache is not None:
                 cache.append(k, v)
         return self._attend(q, k, v, mask, False, need_weights)
+
+
+@contextmanager
+def capture_attention(model: nn.Module) -> Iterator[dict[str, Tensor]]:
+    """Record the attention probabilities of every attention module inside model.
+
+    Within the block, each MultiHeadAttention and CrossAttention computes its weights (the
+    explicit path) and the dict maps its qualified name (e.g. "decoder.layers.0.cross_attn")
+    to the weights of its latest call, (B, H, Tq, Tk). The modules still return what their
+    callers expect, so the model's outputs do not change. Hooks are removed on exit.
+
+        >>> with capture_attention(model) as maps:
+        ...     model(src, tgt)
+        >>> maps["decoder.layers.0.cross_attn"].shape
+    """
+    maps: dict[str, Tensor] = {}
+    handles = []
+    for name, module in model.named_modules():
+        if isinstance(module, _Attention):
+
+            def ask(mod: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+                return args, {**kwargs, "need_weights": True}
+
+            def keep(mod: nn.Module, args: tuple, kwargs: dict, output: tuple, name=name) -> Tensor:
+                out, maps[name] = output
+                return out
+
+            handles.append(module.register_forward_pre_hook(ask, with_kwargs=True))
+            handles.append(module.register_forward_hook(keep, with_kwargs=True))
+    try:
+        yield maps
+    finally:
+        for handle in handles:
+            handle.remove()

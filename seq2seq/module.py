@@ -20,7 +20,7 @@ from torchmetrics import MeanMetric, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
 
 from seq2seq.data.vocab import Vocabulary
-from seq2seq.decoding import greedy_decode, max_decode_length
+from seq2seq.decoding import beam_search, greedy_decode, max_decode_length
 from seq2seq.model import ModelConfig, Seq2SeqTransformer
 
 log = logging.getLogger(__name__)
@@ -60,7 +60,9 @@ class Seq2SeqModule(L.LightningModule):
         schedule: "inverse_sqrt", "cosine" or "constant", after warmup_steps of linear warmup.
         min_lr_ratio: the cosine schedule's final learning rate, as a fraction of lr.
         label_smoothing: of the cross-entropy loss.
-        max_len_a, max_len_b: greedy decoding makes at most a * source length + b tokens.
+        max_len_a, max_len_b: decoding makes at most a * source length + b tokens.
+        beam_size: beam width for decoding the test set (1: greedy); validation is greedy.
+        length_penalty: beam search ranks by log-probability / length ** length_penalty.
         log_examples: decoded validation examples written to the log each validation epoch.
     """
 
@@ -78,6 +80,8 @@ class Seq2SeqModule(L.LightningModule):
         label_smoothing: float = 0.1,
         max_len_a: float = 1.0,
         max_len_b: int = 10,
+        beam_size: int = 1,
+        length_penalty: float = 1.0,
         log_examples: int = 3,
     ) -> None:
         super().__init__()
@@ -86,6 +90,8 @@ class Seq2SeqModule(L.LightningModule):
         for name, value in (("lr", lr), ("warmup_steps", warmup_steps + 1)):
             if value <= 0:
                 raise ValueError(f"model.{name} must be positive, got {value}")
+        if beam_size < 1:
+            raise ValueError(f"model.beam_size must be at least 1, got {beam_size}")
         if not 0.0 <= label_smoothing < 1.0:
             raise ValueError(f"model.label_smoothing must be in [0, 1), got {label_smoothing}")
         self.save_hyperparameters()
@@ -101,6 +107,8 @@ class Seq2SeqModule(L.LightningModule):
             **net,
         )
         self.model = Seq2SeqTransformer(self.config)
+        # The composed run config, set by train.py and saved in every checkpoint for inspect.
+        self.run_config: dict[str, Any] | None = None
         # One collection per stage, so their states never mix (val_metrics, test_metrics, ...).
         self.train_metrics = self._metrics("train")
         self.val_metrics = self._metrics("val")
@@ -160,7 +168,8 @@ class Seq2SeqModule(L.LightningModule):
 
     def _eval_step(self, stage: str, batch: dict[str, Tensor], batch_idx: int) -> None:
         self._update(stage, batch)
-        predictions = self.greedy(batch["src"])
+        beam = self.hparams.beam_size if stage == "test" else 1
+        predictions = self.decode(batch["src"], beam)
         self._stage_metrics(stage)[f"{stage}/exact_match"].update(
             exact_match(predictions, batch["labels"], self.tgt_vocab.pad_id)
         )
@@ -181,8 +190,23 @@ class Seq2SeqModule(L.LightningModule):
 
     def greedy(self, src: Tensor) -> Tensor:
         """(B, S) source ids -> (B, L) greedy predictions (EOS, then padding)."""
-        max_len = max_decode_length(self.model, src, self.hparams.max_len_a, self.hparams.max_len_b)
-        return greedy_decode(self.model, src, max_len)
+        return self.decode(src, beam_size=1)
+
+    def decode(self, src: Tensor, beam_size: int = 1) -> Tensor:
+        """(B, S) source ids -> (B, L) predictions, by greedy search or beam search."""
+        hp = self.hparams
+        max_len = max_decode_length(self.model, src, hp.max_len_a, hp.max_len_b)
+        if beam_size == 1:
+            return greedy_decode(self.model, src, max_len)
+        tokens, _ = beam_search(self.model, src, max_len, beam_size, hp.length_penalty)
+        return tokens[:, 0]
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        # Plain values only, so the file loads with torch.load(weights_only=True).
+        if self.run_config is not None:
+            checkpoint["run_config"] = self.run_config
+        metrics = self.trainer.callback_metrics
+        checkpoint["metrics"] = {name: float(value) for name, value in metrics.items()}
 
     def _log_examples(self, batch: dict[str, Tensor], predictions: Tensor) -> None:
         if self.trainer.sanity_checking or not self.hparams.log_examples:

@@ -292,9 +292,9 @@ def test_cross_attention_cache_computes_keys_once() -> None:
     x1, x2 = torch.randn(2, 3, 8), torch.randn(2, 5, 8)
     cache = KVCache()
     first = attn(x1, x2, cache=cache)
-    cached_k = cache.k
+    cached_k = cache.k.data_ptr()
     again = attn(x1, x2, cache=cache)
-    assert cache.k is cached_k
+    assert cache.k.data_ptr() == cached_k and len(cache) == 5  # reused, not appended again
     torch.testing.assert_close(first, again)
     torch.testing.assert_close(first, attn(x1, x2))
 
@@ -306,6 +306,12 @@ def test_cache_reorder_selects_batch_rows() -> None:
     cache.reorder(torch.tensor([2, 2, 0]))
     torch.testing.assert_close(cache.k, k[[2, 2, 0]])
     torch.testing.assert_close(cache.v, v[[2, 2, 0]])
+    # Appending past the initial capacity keeps everything written so far.
+    more_k, more_v = torch.randn(3, 2, 20, 5), torch.randn(3, 2, 20, 6)
+    all_k, all_v = cache.append(more_k, more_v)
+    torch.testing.assert_close(all_k, torch.cat([k[[2, 2, 0]], more_k], dim=2))
+    torch.testing.assert_close(all_v, torch.cat([v[[2, 2, 0]], more_v], dim=2))
+    assert len(cache) == 24
 
 
 def test_attention_dropout_only_in_training() -> None:

@@ -11,41 +11,18 @@ from pathlib import Path
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
-from hydra.core.hydra_config import HydraConfig
+from helpers import CONFIG_DIR, ROOT, compose_train
 from hydra.utils import instantiate
-from omegaconf import DictConfig, open_dict
+from omegaconf import DictConfig
 
 from seq2seq.module import Seq2SeqModule, exact_match
 from train import _root_cause, train
 
-ROOT = Path(__file__).resolve().parents[1]
-CONFIG_DIR = ROOT / "configs"
 GROUPS = {
     group: sorted(p.stem for p in (CONFIG_DIR / group).glob("*.yaml"))
     for group in ("data", "model", "trainer", "callbacks", "logger", "experiment", "debug")
 }
 SMALL_DATA = ["data.train_size=256", "data.val_size=32", "data.test_size=32"]
-
-
-@pytest.fixture(scope="session")
-def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One dataset cache for the whole session, as under data/ for a user."""
-    return tmp_path_factory.mktemp("data")
-
-
-def compose_train(tmp_path: Path, data_dir: Path, overrides: list[str]) -> DictConfig:
-    """The real train.yaml, with outputs under tmp_path."""
-    with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
-        cfg = compose("train", overrides=overrides, return_hydra_config=True)
-    HydraConfig.instance().set_config(cfg)
-    with open_dict(cfg):
-        cfg.paths.root_dir = str(tmp_path)
-        cfg.paths.output_dir = str(tmp_path / "run")
-        cfg.paths.log_dir = str(tmp_path)
-        cfg.paths.data_dir = str(data_dir)
-        del cfg.hydra
-    return cfg
 
 
 def test_config_groups_are_complete() -> None:
@@ -85,21 +62,6 @@ def test_fast_dev_run_for_every_task_and_size(
     summary = train(cfg)
     assert set(summary["test"]) == {"test/loss", "test/token_acc", "test/exact_match"}
     assert all(0 <= v < float("inf") for v in summary["test"].values())
-
-
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> tuple[dict, DictConfig]:
-    """One real training run on the copy task, shared by the tests that inspect its results."""
-    tmp_path = tmp_path_factory.mktemp("copy_run")
-    overrides = [
-        "data.max_len=6",
-        "data.train_size=4000",
-        "data.val_size=200",
-        "data.test_size=500",
-        "trainer.max_epochs=5",
-    ]
-    cfg = compose_train(tmp_path, data_dir, overrides)
-    return train(cfg), cfg
 
 
 def test_tiny_model_learns_the_copy_task(trained: tuple[dict, DictConfig]) -> None:

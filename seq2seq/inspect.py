@@ -1,0 +1,190 @@
+"""Look inside a checkpoint: its config, sizes, metrics, attention; or compare two.
+
+    python -m seq2seq.inspect best.ckpt                 # a readable report
+    python -m seq2seq.inspect best.ckpt --json          # the same as JSON
+    python -m seq2seq.inspect best.ckpt --attention "3 1 4 1 5" --out attn.png
+    python -m seq2seq.inspect a.ckpt b.ckpt --diff      # which config values and tensors differ
+
+Checkpoints are read with torch.load(weights_only=True): a file holding arbitrary Python
+objects is refused before anything in it runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from seq2seq.checkpoint import CheckpointError, load_checkpoint, load_module
+
+# Not the standard library's `inspect`: run as `python -m seq2seq.inspect`.
+
+
+def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
+    """{"a": {"b": 1}} -> {"a.b": 1}, for reading and diffing nested configs."""
+    if isinstance(tree, dict):
+        out: dict[str, Any] = {}
+        for key, value in tree.items():
+            out.update(flatten(value, f"{prefix}{key}."))
+        return out
+    return {prefix[:-1]: tree}
+
+
+def parameter_counts(module: torch.nn.Module) -> dict[str, int]:
+    """Parameters per top-level part of the model, and the total (shared tensors once)."""
+    counts = {}
+    for name, child in module.model.named_children():
+        counts[name] = sum(p.numel() for p in child.parameters())
+    counts["total"] = sum(p.numel() for p in module.model.parameters())
+    return counts
+
+
+def report(path: str) -> dict[str, Any]:
+    """Everything inspect knows about one checkpoint, as plain values."""
+    checkpoint = load_checkpoint(path)
+    module = load_module(path)
+    best = {}
+    for key, state in checkpoint.get("callbacks", {}).items():
+        if key.startswith("ModelCheckpoint") and state.get("best_model_score") is not None:
+            best = {state["monitor"]: float(state["best_model_score"])}
+    return {
+        "file": str(Path(path).resolve()),
+        "file_size_bytes": Path(path).stat().st_size,
+        "epoch": checkpoint.get("epoch"),
+        "global_step": checkpoint.get("global_step"),
+        "has_optimizer_state": bool(checkpoint.get("optimizer_states")),
+        "model_config": module.config.to_dict(),
+        "parameters": parameter_counts(module),
+        "tokenizer": {
+            "kind": module.src_vocab.to_dict()["kind"],
+            "src_vocab_size": len(module.src_vocab),
+            "tgt_vocab_size": len(module.tgt_vocab),
+        },
+        "best_metric": best,
+        "last_metrics": checkpoint.get("metrics", {}),
+        "run_config": checkpoint.get("run_config"),
+    }
+
+
+def print_report(info: dict[str, Any]) -> None:
+    print(f"checkpoint   {info['file']} ({info['file_size_bytes'] / 2**20:.2f} MiB)")
+    print(f"progress     epoch {info['epoch']}, global step {info['global_step']}")
+    print(f"optimizer    {'state inside (resumable)' if info['has_optimizer_state'] else 'none'}")
+    tok = info["tokenizer"]
+    sizes = f"source {tok['src_vocab_size']}, target {tok['tgt_vocab_size']}"
+    print(f"tokenizer    {tok['kind']}: {sizes}")
+    print("\nparameters")
+    for name, count in info["parameters"].items():
+        print(f"  {name:<12} {count:>12,}")
+    print("\nmodel config")
+    for name, value in info["model_config"].items():
+        print(f"  {name:<20} {value}")
+    print("\nmetrics")
+    for name, value in info["best_metric"].items():
+        print(f"  best {name:<20} {value:.4f}")
+    for name, value in sorted(info["last_metrics"].items()):
+        print(f"  last {name:<20} {value:.4f}")
+    print("\nrun config (as composed by Hydra)")
+    if info["run_config"] is None:
+        print("  (not saved in this checkpoint)")
+    else:
+        for key, value in flatten(info["run_config"]).items():
+            print(f"  {key} = {value}")
+
+
+def diff(path_a: str, path_b: str) -> list[str]:
+    """Lines naming each config value and parameter tensor that differs between two files."""
+    a, b = load_checkpoint(path_a), load_checkpoint(path_b)
+    lines = []
+    config_a = flatten({"hparams": a["hyper_parameters"], "run": a.get("run_config") or {}})
+    config_b = flatten({"hparams": b["hyper_parameters"], "run": b.get("run_config") or {}})
+    for key in sorted(set(config_a) | set(config_b)):
+        if key.startswith(("hparams.src_vocab", "hparams.tgt_vocab")):
+            continue  # compared as a whole below
+        if config_a.get(key, "<absent>") != config_b.get(key, "<absent>"):
+            lines.append(
+                f"config  {key}: {config_a.get(key, '<absent>')} -> {config_b.get(key, '<absent>')}"
+            )
+    for side in ("src_vocab", "tgt_vocab"):
+        if a["hyper_parameters"][side] != b["hyper_parameters"][side]:
+            lines.append(f"config  hparams.{side}: differs")
+    state_a, state_b = a["state_dict"], b["state_dict"]
+    for name in sorted(set(state_a) | set(state_b)):
+        ta, tb = state_a.get(name), state_b.get(name)
+        if ta is None or tb is None:
+            lines.append(f"tensor  {name}: only in {'A' if tb is None else 'B'}")
+        elif ta.shape != tb.shape:
+            lines.append(f"tensor  {name}: shape {tuple(ta.shape)} -> {tuple(tb.shape)}")
+        elif not torch.equal(ta, tb):
+            delta = (ta.float() - tb.float()).abs().max().item()
+            lines.append(f"tensor  {name}: values differ (max abs difference {delta:.3g})")
+    return lines
+
+
+def plot_attention(path: str, text: str, out: str) -> int:
+    """Decode text greedily, then draw the decoder's attention while it reads its output."""
+    from seq2seq.attention import capture_attention
+    from seq2seq.plots import attention_figure
+
+    module = load_module(path)
+    vocab_in, vocab_out = module.src_vocab, module.tgt_vocab
+    src = torch.tensor([vocab_in.encode(text)])
+    if src.numel() == 0:
+        raise ValueError("--attention needs a non-empty source text")
+    with torch.inference_mode():
+        output = module.greedy(src)[0].tolist()
+        if vocab_out.eos_id in output:
+            output = output[: output.index(vocab_out.eos_id) + 1]
+        tgt_in = torch.tensor([[vocab_out.bos_id, *output[:-1]]])
+        with capture_attention(module.model) as maps:
+            module.model(src, tgt_in)
+    layers = range(module.config.num_decoder_layers)
+    figure = attention_figure(
+        cross=[maps[f"decoder.layers.{i}.cross_attn"][0] for i in layers],
+        self_attn=[maps[f"decoder.layers.{i}.self_attn"][0] for i in layers],
+        source_tokens=[vocab_in.itos[i] for i in src[0].tolist()],
+        output_tokens=[vocab_out.itos[i] for i in tgt_in[0].tolist()],
+        title=f"{text!r} -> {vocab_out.decode(output)!r}",
+    )
+    figure.savefig(out, dpi=100, bbox_inches="tight")
+    print(f"wrote {out}: {len(figure.axes) - 1} heat maps, output {vocab_out.decode(output)!r}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m seq2seq.inspect",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("checkpoints", nargs="+", help="one checkpoint, or two with --diff")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument("--attention", metavar="TEXT", help="draw attention while decoding TEXT")
+    parser.add_argument("--out", default="attention.png", help="where --attention writes")
+    parser.add_argument("--diff", action="store_true", help="compare two checkpoints")
+    args = parser.parse_args(argv)
+    if args.diff != (len(args.checkpoints) == 2) or len(args.checkpoints) > 2:
+        parser.error("give one checkpoint, or two with --diff")
+    try:
+        if args.diff:
+            lines = diff(*args.checkpoints)
+            print("\n".join(lines) if lines else "no differences")
+        elif args.attention is not None:
+            return plot_attention(args.checkpoints[0], args.attention, args.out)
+        elif args.json:
+            print(json.dumps(report(args.checkpoints[0]), indent=2))
+        else:
+            print_report(report(args.checkpoints[0]))
+    except (ValueError, CheckpointError, OSError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,59 @@
+"""Attention heat maps with matplotlib: one panel per layer and head."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from torch import Tensor
+
+
+def attention_figure(
+    cross: Sequence[Tensor],
+    self_attn: Sequence[Tensor],
+    source_tokens: Sequence[str],
+    output_tokens: Sequence[str],
+    title: str = "",
+):
+    """A figure of decoder attention for one example.
+
+    Args:
+        cross: per decoder layer, the cross-attention weights (H, T, S).
+        self_attn: per decoder layer, the decoder self-attention weights (H, T, T).
+        source_tokens: the S source token labels; output_tokens: the T decoder input labels
+            (BOS and the generated tokens, each row predicting the next).
+
+    Returns:
+        A matplotlib Figure: the cross-attention layers on top, then the self-attention layers;
+        one column per head, each panel with token labels, and one shared colour bar.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")  # files, not windows: works with no display
+    import matplotlib.pyplot as plt
+
+    layers = [("cross-attention", w) for w in cross] + [("self-attention", w) for w in self_attn]
+    heads = layers[0][1].size(0)
+    cell = 0.32
+    width = max(3.0, cell * max(len(source_tokens), len(output_tokens)) + 1.2)
+    height = max(2.5, cell * len(output_tokens) + 1.2)
+    fig, axes = plt.subplots(
+        len(layers), heads, figsize=(width * heads + 1.0, height * len(layers)), squeeze=False
+    )
+    image = None
+    for row, (kind, weights) in enumerate(layers):
+        layer = row if kind == "cross-attention" else row - len(cross)
+        keys = source_tokens if kind == "cross-attention" else output_tokens
+        for head in range(heads):
+            ax = axes[row][head]
+            image = ax.imshow(
+                weights[head].float().cpu().numpy(), vmin=0.0, vmax=1.0, cmap="viridis"
+            )
+            ax.set_title(f"{kind}, layer {layer}, head {head}", fontsize=9)
+            ax.set_xticks(range(len(keys)), labels=keys, rotation=90, fontsize=8)
+            ax.set_yticks(range(len(output_tokens)), labels=output_tokens, fontsize=8)
+            ax.set_xlabel("source" if kind == "cross-attention" else "decoder input", fontsize=8)
+            ax.set_ylabel("decoder input", fontsize=8)
+    fig.colorbar(image, ax=axes, shrink=0.6, label="attention probability")
+    if title:
+        fig.suptitle(title)
+    return fig

@@ -1,0 +1,245 @@
+"""translate and inspect on a checkpoint trained by the tests; evaluating a checkpoint; refusing
+checkpoints that would run code."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import ROOT, compose_train
+from omegaconf import DictConfig
+
+from seq2seq import inspect as inspect_cli
+from seq2seq import translate as translate_cli
+from seq2seq.plots import attention_figure
+from train import train
+
+Trained = tuple[dict, DictConfig]
+
+
+def run_module(module: str, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", module, *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
+
+
+def ckpt(trained: Trained) -> str:
+    return trained[0]["best_checkpoint"]
+
+
+# --- translate --------------------------------------------------------------------------------
+
+
+def test_translate_arguments_and_stdin_in_a_subprocess(trained: Trained) -> None:
+    result = run_module("seq2seq.translate", "--ckpt", ckpt(trained), "3 1 4 1 5", "2 7")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["3 1 4 1 5", "2 7"]  # the copy task
+
+    lines = "5 5 2\n\n   \n0 1 2 3\n"
+    result = run_module("seq2seq.translate", "--ckpt", ckpt(trained), "--beam", "3", stdin=lines)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["5 5 2", "", "", "0 1 2 3"]  # order and empty lines
+
+
+def test_translate_from_a_file_in_batches(trained: Trained, tmp_path: Path, capsys) -> None:
+    # Batches of 4 from a file give what one batch of arguments gives, line for line.
+    sources = [" ".join(str((i * 7 + j) % 10) for j in range(1 + i % 6)) for i in range(23)]
+    path = tmp_path / "in.txt"
+    path.write_text("\n".join(sources) + "\n")
+    assert translate_cli.main(["--ckpt", ckpt(trained), *sources]) == 0
+    expected = capsys.readouterr().out.splitlines()
+    args = ["--ckpt", ckpt(trained), "--input", str(path), "--batch-size", "4"]
+    assert translate_cli.main(args) == 0
+    assert capsys.readouterr().out.splitlines() == expected
+    assert sum(e == s for e, s in zip(expected, sources, strict=True)) >= 20  # it copies
+
+
+def test_translate_n_best_prints_scored_lines(trained: Trained, capsys) -> None:
+    args = ["--ckpt", ckpt(trained), "--beam", "4", "--n-best", "3", "1 2 3", "4 4"]
+    assert translate_cli.main(args) == 0
+    lines = [line.split("\t") for line in capsys.readouterr().out.splitlines()]
+    assert [int(index) for index, _, _ in lines] == [0, 0, 0, 1, 1, 1]
+    assert lines[0][2] == "1 2 3" and lines[3][2] == "4 4"
+    scores = [float(score) for _, score, _ in lines[:3]]
+    assert scores == sorted(scores, reverse=True)
+
+
+def test_translate_sampling_is_seeded(trained: Trained, capsys) -> None:
+    def draw(seed: str) -> str:
+        args = ["--ckpt", ckpt(trained), "--sample", "--temperature", "3", "--seed", seed]
+        assert translate_cli.main([*args, "1 2 3 4 5 6", "6 5 4 3 2 1"]) == 0
+        return capsys.readouterr().out
+
+    assert draw("1") == draw("1")
+    assert {draw(str(seed)) for seed in range(2, 6)} != {draw("1")}
+
+
+def test_translate_warns_on_unknown_tokens(trained: Trained, capsys) -> None:
+    assert translate_cli.main(["--ckpt", ckpt(trained), "1 x 2", "3"]) == 0
+    captured = capsys.readouterr()
+    assert "input line 1: 1 unknown token(s) mapped to <unk>" in captured.err
+    assert len(captured.out.splitlines()) == 2
+
+
+def test_translate_too_long_input_fails_or_is_cut(trained: Trained, capsys) -> None:
+    max_positions = trained[1].model.net.max_positions
+    long = " ".join(["1"] * (max_positions + 3))
+    assert translate_cli.main(["--ckpt", ckpt(trained), "2", long]) == 1
+    err = capsys.readouterr().err
+    assert (
+        f"input line 2 has {max_positions + 3} tokens, more than the model's {max_positions}" in err
+    )
+    assert translate_cli.main(["--ckpt", ckpt(trained), "--truncate", "2", long]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 2
+
+
+# --- inspect ----------------------------------------------------------------------------------
+
+
+def test_inspect_report_in_a_subprocess(trained: Trained) -> None:
+    result = run_module("seq2seq.inspect", ckpt(trained))
+    assert result.returncode == 0, result.stderr
+    for part in ("parameters", "model config", "run config", "data.task = copy", "optimizer"):
+        assert part in result.stdout
+
+
+def test_inspect_json_has_everything(trained: Trained, capsys) -> None:
+    _, cfg = trained
+    assert inspect_cli.main([ckpt(trained), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    module = torch.load(ckpt(trained), weights_only=True)
+    assert info["global_step"] == module["global_step"] > 0
+    assert info["has_optimizer_state"] is True
+    assert info["model_config"]["d_model"] == cfg.model.net.d_model
+    assert info["parameters"]["total"] == sum(
+        v.numel() for k, v in module["state_dict"].items() if k.startswith("model.")
+    )
+    assert info["tokenizer"] == {"kind": "vocabulary", "src_vocab_size": 14, "tgt_vocab_size": 14}
+    assert info["best_metric"]["val/exact_match"] > 0.9
+    assert "val/exact_match" in info["last_metrics"]
+    assert info["run_config"]["data"]["task"] == "copy"
+    assert info["file_size_bytes"] == Path(ckpt(trained)).stat().st_size
+
+
+def test_inspect_attention_writes_a_heat_map(trained: Trained, tmp_path: Path) -> None:
+    out = tmp_path / "attn.png"
+    result = run_module("seq2seq.inspect", ckpt(trained), "--attention", "3 1 4", "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    net = trained[1].model.net
+    panels = 2 * net.num_decoder_layers * net.num_heads  # cross- and self-attention
+    assert f"{panels} heat maps" in result.stdout
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_attention_figure_has_a_labelled_panel_per_layer_and_head() -> None:
+    cross = [torch.rand(3, 4, 5).softmax(-1) for _ in range(2)]
+    self_attn = [torch.rand(3, 4, 4).softmax(-1) for _ in range(2)]
+    figure = attention_figure(cross, self_attn, list("abcde"), list("wxyz"), title="t")
+    panels = [ax for ax in figure.axes if ax.get_label() != "<colorbar>"]
+    assert len(panels) == 12 and len(figure.axes) == 13  # plus one colour bar
+    assert [t.get_text() for t in panels[0].get_xticklabels()] == list("abcde")
+    assert [t.get_text() for t in panels[-1].get_xticklabels()] == list("wxyz")
+    assert panels[0].get_title() == "cross-attention, layer 0, head 0"
+
+
+def test_inspect_diff_names_what_differs(trained: Trained, capsys) -> None:
+    summary, _ = trained
+    assert inspect_cli.main([summary["best_checkpoint"], summary["best_checkpoint"], "--diff"]) == 0
+    assert capsys.readouterr().out.strip() == "no differences"
+    first = torch.load(summary["best_checkpoint"], weights_only=True)
+    first["hyper_parameters"]["lr"] = 0.5
+    first["state_dict"]["model.generator.weight"] += 1.0
+    changed = Path(summary["run_dir"]) / "changed.ckpt"
+    torch.save(first, changed)
+    assert inspect_cli.main([summary["best_checkpoint"], str(changed), "--diff"]) == 0
+    out = capsys.readouterr().out
+    assert "config  hparams.lr:" in out and "-> 0.5" in out
+    assert "tensor  model.generator.weight: values differ" in out
+
+
+# --- safety -----------------------------------------------------------------------------------
+
+
+class Payload:
+    """Unpickling this would create a marker file: the attack a checkpoint can carry."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_checkpoint_with_a_pickled_object_is_refused_and_never_runs(
+    trained: Trained, tmp_path: Path
+) -> None:
+    marker = tmp_path / "payload_ran"
+    evil = torch.load(ckpt(trained), weights_only=True)
+    evil["hyper_parameters"]["extra"] = Payload(marker)
+    path = tmp_path / "evil.ckpt"
+    torch.save(evil, path)
+    for module, args in (
+        ("seq2seq.inspect", [str(path)]),
+        ("seq2seq.translate", ["--ckpt", str(path), "1 2"]),
+    ):
+        result = run_module(module, *args)
+        assert result.returncode == 1
+        assert "refusing to load" in result.stderr and "could run code" in result.stderr
+        assert not marker.exists()
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [(b"", "is empty"), (b"not a zip file at all", "cannot read"), (None, "does not exist")],
+)
+def test_broken_checkpoint_files_fail_clearly(
+    tmp_path: Path, capsys, content: bytes | None, message: str
+) -> None:
+    path = tmp_path / "broken.ckpt"
+    if content is not None:
+        path.write_bytes(content)
+    assert inspect_cli.main([str(path)]) == 1
+    assert message in capsys.readouterr().err
+
+
+# --- evaluating a checkpoint --------------------------------------------------------------------
+
+
+def test_train_false_evaluates_a_checkpoint(
+    trained: Trained, tmp_path: Path, data_dir: Path
+) -> None:
+    summary, cfg = trained
+    data = [f"data.{k}={cfg.data[k]}" for k in ("max_len", "train_size", "val_size", "test_size")]
+    for beam in (1, 3):
+        overrides = ["train=false", f"ckpt_path={summary['best_checkpoint']}", *data]
+        evaluation = train(
+            compose_train(tmp_path, data_dir, [*overrides, f"model.beam_size={beam}"])
+        )
+        exact = evaluation["test"]["test/exact_match"]
+        if beam == 1:
+            assert exact == pytest.approx(summary["test"]["test/exact_match"])
+        else:
+            assert exact >= 0.99
+
+
+def test_train_false_without_a_checkpoint_fails_clearly(tmp_path: Path, data_dir: Path) -> None:
+    with pytest.raises(ValueError, match="train=false needs a checkpoint to evaluate"):
+        train(compose_train(tmp_path, data_dir, ["train=false"]))
+
+
+def test_truncated_checkpoint_fails_clearly(trained: Trained, tmp_path: Path, capsys) -> None:
+    data = Path(ckpt(trained)).read_bytes()
+    path = tmp_path / "truncated.ckpt"
+    path.write_bytes(data[: len(data) // 2])
+    assert translate_cli.main(["--ckpt", str(path), "1 2"]) == 1
+    assert "truncated" in capsys.readouterr().err
