@@ -37,7 +37,11 @@ def attention_figure(
     width = max(3.0, cell * max(len(source_tokens), len(output_tokens)) + 1.2)
     height = max(2.5, cell * len(output_tokens) + 1.2)
     fig, axes = plt.subplots(
-        len(layers), heads, figsize=(width * heads + 1.0, height * len(layers)), squeeze=False
+        len(layers),
+        heads,
+        figsize=(width * heads + 1.0, height * len(layers)),
+        squeeze=False,
+        layout="constrained",  # keeps titles, tick labels and the colour bar apart
     )
     image = None
     for row, (kind, weights) in enumerate(layers):
@@ -52,7 +56,8 @@ def attention_figure(
             ax.set_xticks(range(len(keys)), labels=keys, rotation=90, fontsize=8)
             ax.set_yticks(range(len(output_tokens)), labels=output_tokens, fontsize=8)
             ax.set_xlabel("source" if kind == "cross-attention" else "decoder input", fontsize=8)
-            ax.set_ylabel("decoder input", fontsize=8)
+            if head == 0:
+                ax.set_ylabel("decoder input", fontsize=8)
     fig.colorbar(image, ax=axes, shrink=0.6, label="attention probability")
     if title:
         fig.suptitle(title)
