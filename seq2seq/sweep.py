@@ -1,0 +1,80 @@
+"""The end of a sweep (`python train.py -m ...`): one table of every job's overrides and metrics.
+
+Hydra calls `SweepSummary.on_multirun_end` once all jobs have finished (it is registered in
+configs/hydra/default.yaml). It reads what each job left in its directory (the overrides
+Hydra saved and train.py's summary.json), writes `sweep_summary.csv` in the sweep directory and
+prints the same as a table. Hydra's Callback base class is not imported: Hydra calls the hook
+by name, and the package stays free of Hydra (only the entry point uses it).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+log = logging.getLogger(__name__)
+
+
+def collect(sweep_dir: Path) -> list[dict[str, Any]]:
+    """One row per job directory: job number, its overrides, status and test metrics."""
+    rows = []
+    jobs = [d for d in sweep_dir.iterdir() if d.is_dir() and d.name.isdigit()]
+    for job in sorted(jobs, key=lambda d: int(d.name)):
+        overrides_file = job / ".hydra" / "overrides.yaml"
+        overrides = yaml.safe_load(overrides_file.read_text()) if overrides_file.exists() else []
+        row: dict[str, Any] = {"job": int(job.name), "overrides": " ".join(overrides or [])}
+        summary_file = job / "summary.json"
+        if summary_file.exists():
+            summary = json.loads(summary_file.read_text())
+            row["status"] = "done"
+            row.update(summary.get("test", {}))
+            row["best_checkpoint"] = summary.get("best_checkpoint")
+        else:
+            row["status"] = "failed"  # no summary: the job raised or was stopped
+        rows.append(row)
+    return rows
+
+
+def write_summary(sweep_dir: Path) -> list[dict[str, Any]]:
+    rows = collect(sweep_dir)
+    columns = ["job", "overrides", "status"]
+    columns += sorted({k for r in rows for k in r} - {*columns, "best_checkpoint"})
+    columns += ["best_checkpoint"]
+    with open(sweep_dir / "sweep_summary.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(rows)
+    return rows
+
+
+def format_table(rows: list[dict[str, Any]]) -> str:
+    metrics = sorted(
+        {k for r in rows for k in r} - {"job", "overrides", "status", "best_checkpoint"}
+    )
+    header = ["job", "overrides", "status", *metrics]
+    cells = [
+        [str(r["job"]), r["overrides"], r["status"]]
+        + [f"{r[m]:.4f}" if isinstance(r.get(m), float) else "" for m in metrics]
+        for r in rows
+    ]
+    widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(header)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True))]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in cells]
+    return "\n".join(lines)
+
+
+class SweepSummary:
+    """A Hydra callback: summarise the sweep when every job has finished."""
+
+    def on_multirun_end(self, config: Any, **kwargs: Any) -> None:
+        sweep_dir = Path(config.hydra.sweep.dir)
+        if not sweep_dir.is_dir():
+            return
+        rows = write_summary(sweep_dir)
+        if rows:
+            log.info("Sweep summary (%s):\n%s", sweep_dir / "sweep_summary.csv", format_table(rows))
