@@ -3,7 +3,7 @@
     python train.py                                   # copy task, tiny model, CPU
     python train.py data=reverse model=small trainer=gpu
     python train.py -m model.net.num_heads=1,2,4 seed=0,1,2   # a sweep
-    python train.py ckpt_path=outputs/train/runs/<run>/checkpoints/last.ckpt   # resume
+    python train.py resume=outputs/train/runs/<run>         # continue a stopped run, in place
 
 `train(cfg)` does the work and is what the tests call; `main` is the thin Hydra wrapper that
 composes the config and turns bad input into a one-line error.
@@ -25,8 +25,31 @@ from omegaconf import DictConfig, OmegaConf
 
 log = logging.getLogger("train")
 
-# ${pid:} in run directory names: two runs started in the same microsecond still differ.
+
+def resumed_run(train: bool, resume: str | None, ckpt_path: str | None) -> Path | None:
+    """The run directory a training start continues in, or None for a new run."""
+    if not train:
+        return None  # evaluating a checkpoint never writes into its run
+    if resume:
+        return Path(resume)
+    if ckpt_path and Path(ckpt_path).parent.name == "checkpoints":
+        return Path(ckpt_path).parent.parent
+    return None
+
+
+# Used by configs/hydra/default.yaml. ${pid:} in run directory names: two runs started in the
+# same microsecond still differ. A resumed run keeps its directory, and the config of each
+# resume goes beside the first start's instead of over it.
 OmegaConf.register_new_resolver("pid", lambda: os.getpid(), replace=True)
+OmegaConf.register_new_resolver(
+    "run_dir", lambda train, resume, ckpt, new: str(resumed_run(train, resume, ckpt) or new)
+)
+OmegaConf.register_new_resolver(
+    "config_subdir",
+    lambda train, resume, ckpt, now: (
+        ".hydra" if resumed_run(train, resume, ckpt) is None else f".hydra/resume-{now}"
+    ),
+)
 
 
 def instantiate_group(group: DictConfig | None, kind: str) -> list[Any]:
@@ -73,7 +96,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         test_metrics: dict[str, float] = {}
         best = None
         if cfg.train:
-            trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
+            trainer.fit(module, datamodule=datamodule, ckpt_path=checkpoint_to_resume(cfg))
             best = _checkpoint_path(trainer, "best_model_path")
             if best is None:
                 log.warning("No checkpoint was saved; testing the weights in memory")
@@ -93,6 +116,18 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     if trainer.is_global_zero:
         _report(summary, datamodule)
     return summary
+
+
+def checkpoint_to_resume(cfg: DictConfig) -> str | None:
+    """ckpt_path, or the last checkpoint of the run directory given as resume."""
+    path = cfg.get("ckpt_path")
+    if cfg.get("resume"):
+        if path:
+            raise ValueError("give resume=RUN_DIR or ckpt_path=PATH, not both")
+        path = str(Path(cfg.resume) / "checkpoints" / "last.ckpt")
+    if path and not Path(path).is_file():
+        raise ValueError(f"checkpoint {path} does not exist: check ckpt_path or resume")
+    return path
 
 
 def build_module(cfg: DictConfig, datamodule: Any) -> Any:
@@ -139,8 +174,9 @@ def _report(summary: dict[str, Any], datamodule: Any) -> None:
 
 
 def _checkpoint_path(trainer: Any, attribute: str) -> str | None:
-    callback = trainer.checkpoint_callback
-    return (getattr(callback, attribute, "") if callback is not None else "") or None
+    """The best_model_path or last_model_path of whichever checkpoint callback has one."""
+    paths = [getattr(callback, attribute, "") for callback in trainer.checkpoint_callbacks]
+    return next((path for path in paths if path), None)
 
 
 def _root_cause(error: BaseException) -> BaseException:

@@ -7,8 +7,10 @@ needs nothing else, and a checkpoint alone is enough to decode.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
+from collections.abc import Callable
 from typing import Any
 
 import lightning as L
@@ -28,21 +30,28 @@ log = logging.getLogger(__name__)
 SCHEDULES = ("inverse_sqrt", "cosine", "constant")
 
 
-def lr_lambda(schedule: str, warmup_steps: int, total_steps: int, min_lr_ratio: float):
+def lr_lambda(
+    schedule: str, warmup_steps: int, total_steps: Callable[[], int], min_lr_ratio: float
+) -> Callable[[int], float]:
     """Multiplier of the peak learning rate at optimizer step `step` (0-based).
 
     Linear warmup over warmup_steps, then inverse square root (Vaswani et al.), cosine down to
-    min_lr_ratio at total_steps, or constant.
+    min_lr_ratio at total_steps(), or constant. total_steps is asked only when the cosine needs
+    it, after the warmup.
     """
 
+    @functools.cache
+    def total() -> int:
+        return total_steps()
+
     def factor(step: int) -> float:
-        step += 1
-        if step <= warmup_steps:
-            return step / warmup_steps
+        if step < warmup_steps:
+            return (step + 1) / warmup_steps
         if schedule == "inverse_sqrt":
-            return math.sqrt(warmup_steps / step) if warmup_steps else 1 / math.sqrt(step)
+            return math.sqrt(max(warmup_steps, 1) / (step + 1))
         if schedule == "cosine":
-            progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+            done = step - warmup_steps
+            progress = 0.0 if done <= 0 else min(1.0, done / max(1, total() - warmup_steps))
             return min_lr_ratio + (1 - min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
         return 1.0
 
@@ -207,6 +216,23 @@ class Seq2SeqModule(L.LightningModule):
             checkpoint["run_config"] = self.run_config
         metrics = self.trainer.callback_metrics
         checkpoint["metrics"] = {name: float(value) for name, value in metrics.items()}
+        # Lightning does not save random states; dropout after a resume must draw what an
+        # uninterrupted run would have drawn.
+        checkpoint["rng_states"] = {"torch": torch.get_rng_state()}
+        if torch.cuda.is_available():
+            checkpoint["rng_states"]["cuda"] = torch.cuda.get_rng_state_all()
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        # Applied at the next training batch, the point where the saving run stood: Lightning
+        # still sets up loaders and loops between this hook and then.
+        self._rng_to_restore = checkpoint.get("rng_states")
+
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+        states = self.__dict__.pop("_rng_to_restore", None) or {}
+        if "torch" in states:
+            torch.set_rng_state(states["torch"].cpu())
+        if "cuda" in states and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(states["cuda"])
 
     def _log_examples(self, batch: dict[str, Tensor], predictions: Tensor) -> None:
         if self.trainer.sanity_checking or not self.hparams.log_examples:
@@ -237,7 +263,13 @@ class Seq2SeqModule(L.LightningModule):
             lr=hp.lr,
             betas=tuple(hp.betas),
         )
-        total = int(self.trainer.estimated_stepping_batches)
+
+        # Not estimated_stepping_batches right here: asking for it now loads the train loader
+        # before Lightning restores a checkpoint's loader state, and a mid-epoch resume would
+        # then start a fresh shuffle. Asked lazily, it is first needed after the restore.
+        def total() -> int:
+            return int(self.trainer.estimated_stepping_batches)
+
         factor = lr_lambda(hp.schedule, hp.warmup_steps, total, hp.min_lr_ratio)
         # interval "step": stepped once per optimizer step, so right under gradient accumulation.
         scheduler = {"scheduler": LambdaLR(optimizer, factor), "interval": "step"}

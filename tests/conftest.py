@@ -36,7 +36,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> tuple[d
         "data.train_size=4000",
         "data.val_size=200",
         "data.test_size=500",
-        "trainer.max_epochs=5",
+        "trainer.max_epochs=6",
     ]
     cfg = compose_train(tmp_path, data_dir, overrides)
     return train(cfg), cfg

@@ -118,3 +118,23 @@ def test_datamodule_batches_and_caches_under_data_dir(tmp_path: Path) -> None:
     assert {f["filename"] for s in again.splits.values() for f in s.cache_files} == files
     first = next(iter(again.val_dataloader()))
     assert torch.equal(first["src"], next(iter(dm.val_dataloader()))["src"])
+
+
+def test_epoch_shuffle_is_a_function_of_seed_and_epoch_and_resumes_mid_epoch() -> None:
+    from seq2seq.data.datamodule import EpochShuffle
+
+    sampler = EpochShuffle(20, seed=7)
+    first = list(sampler)
+    assert sorted(first) == list(range(20)) and first == list(EpochShuffle(20, seed=7))
+    sampler.set_epoch(1)
+    second = list(sampler)
+    assert second != first and sorted(second) == list(range(20))
+
+    it = iter(sampler)  # epoch 1 again: stop after 6 indices, save, restore elsewhere
+    taken = [next(it) for _ in range(6)]
+    state = sampler.state_dict()
+    assert state == {"epoch": 1, "seed": 7, "yielded": 6}
+    restored = EpochShuffle(20, seed=0)
+    restored.load_state_dict(state)
+    assert taken + list(restored) == second
+    assert list(restored) == second  # the next pass is a whole epoch again

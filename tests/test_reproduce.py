@@ -24,7 +24,7 @@ QUICK = [
 
 
 def metrics_rows(run_dir: Path) -> list[dict[str, str]]:
-    with open(run_dir / "csv" / "metrics.csv") as f:
+    with open(run_dir / "csv" / "version_0" / "metrics.csv") as f:
         return list(csv.DictReader(f))
 
 

@@ -75,10 +75,10 @@ def test_run_writes_checkpoints_metrics_and_summary(trained: tuple[dict, DictCon
     assert Path(summary["best_checkpoint"]).is_file()
     assert Path(summary["last_checkpoint"]) == run_dir / "checkpoints" / "last.ckpt"
     assert json.loads((run_dir / "summary.json").read_text()) == summary
-    with open(run_dir / "csv" / "metrics.csv") as f:
+    with open(run_dir / "csv" / "version_0" / "metrics.csv") as f:
         rows = list(csv.DictReader(f))
     val = [float(r["val/exact_match"]) for r in rows if r.get("val/exact_match")]
-    assert len(val) == 5 and val[-1] > val[0]  # one validation per epoch, improving
+    assert len(val) == 6 and val[-1] > val[0]  # one validation per epoch, improving
     assert any(r.get("lr-AdamW/pg1") for r in rows)
 
 
@@ -100,7 +100,7 @@ def test_checkpoint_alone_reproduces_the_test_exact_match(
 
 def test_learning_rate_warms_up_then_decays(trained: tuple[dict, DictConfig]) -> None:
     _, cfg = trained
-    with open(Path(cfg.paths.output_dir) / "csv" / "metrics.csv") as f:
+    with open(Path(cfg.paths.output_dir) / "csv" / "version_0" / "metrics.csv") as f:
         lrs = [float(r["lr-AdamW/pg1"]) for r in csv.DictReader(f) if r.get("lr-AdamW/pg1")]
     peak = max(lrs)
     # Logged every 25 steps: the first value is 25/100 of the way through the warmup.
@@ -169,3 +169,23 @@ def test_bad_config_on_the_command_line_is_one_line(tmp_path: Path) -> None:
     lines = result.stderr.strip().splitlines()
     assert lines[-1] == "error: num_heads must be a positive integer, got 0"
     assert "Traceback" not in result.stderr
+
+
+def test_learning_rate_schedules_are_continuous_and_lazy() -> None:
+    from seq2seq.module import lr_lambda
+
+    asked = []
+
+    def total() -> int:
+        asked.append(True)
+        return 110
+
+    cosine = lr_lambda("cosine", 10, total, 0.1)
+    assert [cosine(s) for s in (0, 4, 9)] == pytest.approx([0.1, 0.5, 1.0])
+    assert not asked  # the warmup never needs the total (a resume restores the loader first)
+    assert cosine(10) == pytest.approx(1.0) and cosine(60) == pytest.approx(0.55)
+    assert cosine(110) == pytest.approx(0.1) and cosine(500) == pytest.approx(0.1)
+    inverse = lr_lambda("inverse_sqrt", 4, total, 0.0)
+    assert [inverse(s) for s in (3, 15)] == pytest.approx([1.0, 0.5])
+    assert lr_lambda("constant", 0, total, 0.0)(1000) == 1.0
+    assert lr_lambda("cosine", 0, total, 0.0)(0) == 1.0

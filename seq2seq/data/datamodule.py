@@ -7,6 +7,8 @@ input, dynamic padding and the loaders. A task supplies its text splits and voca
 from __future__ import annotations
 
 import logging
+import warnings
+from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -15,7 +17,8 @@ import lightning as L
 import torch
 from datasets import Dataset, DatasetDict
 from torch import Tensor
-from torch.utils.data import DataLoader
+from torch.utils.data import Sampler
+from torchdata.stateful_dataloader import StatefulDataLoader
 
 from seq2seq.data.synthetic import SPLITS, check_held_out, check_task, generate
 from seq2seq.data.vocab import Vocabulary
@@ -57,6 +60,45 @@ def encode_pair(
         "src_ids": src_vocab.encode(example["src"]),
         "tgt_ids": tgt_vocab.encode(example["tgt"]),
     }
+
+
+class EpochShuffle(Sampler[int]):
+    """A new random order every epoch that depends only on (seed, epoch).
+
+    Like DistributedSampler's shuffle, and unlike a generator carried from epoch to epoch, the
+    order of any epoch can be rebuilt from two numbers; with the count of indices already
+    given out, which the loader checkpoints with its state, a run resumed mid-epoch replays
+    the rest of that epoch and every later one exactly. Lightning calls set_epoch before each
+    epoch. The seed defaults to the run's (seed_everything); the shuffle never draws from the
+    global generator that dropout uses.
+    """
+
+    def __init__(self, size: int, seed: int | None = None) -> None:
+        self.size = size
+        self.seed = torch.initial_seed() if seed is None else seed
+        self.epoch = 0
+        self.yielded = 0  # indices given out in the current epoch
+        self._resume_at = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __iter__(self) -> Iterator[int]:
+        generator = torch.Generator().manual_seed(self.seed + self.epoch)
+        order = torch.randperm(self.size, generator=generator).tolist()
+        self.yielded, self._resume_at = self._resume_at, 0
+        for index in order[self.yielded :]:
+            self.yielded += 1
+            yield index
+
+    def __len__(self) -> int:
+        return self.size
+
+    def state_dict(self) -> dict[str, int]:
+        return {"epoch": self.epoch, "seed": self.seed, "yielded": self.yielded}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.epoch, self.seed, self._resume_at = state["epoch"], state["seed"], state["yielded"]
 
 
 class Seq2SeqDataModule(L.LightningDataModule):
@@ -109,28 +151,33 @@ class Seq2SeqDataModule(L.LightningDataModule):
             desc="tokenizing",
         )
 
-    def _loader(self, split: str, shuffle: bool) -> DataLoader:
+    def _loader(self, split: str, shuffle: bool) -> StatefulDataLoader:
+        """A DataLoader that can save where it is in an epoch (and its shuffle order), so
+        Lightning resumes a run stopped mid-epoch at the very next batch."""
         if self.splits is None:
             self.setup()
         assert self.splits is not None
         v = self.tgt_vocab
-        return DataLoader(
-            self.splits[split],
-            batch_size=self.batch_size,
-            shuffle=shuffle,
-            collate_fn=partial(collate, pad_id=v.pad_id, bos_id=v.bos_id, eos_id=v.eos_id),
-            num_workers=self.num_workers,
-            pin_memory=self.pin_memory,
-            persistent_workers=self.num_workers > 0,
-        )
+        sampler = EpochShuffle(len(self.splits[split])) if shuffle else None
+        with warnings.catch_warnings():  # torchdata 0.11 calls a deprecated torch function
+            warnings.filterwarnings("ignore", message=".*set_vital.*")
+            return StatefulDataLoader(
+                self.splits[split],
+                batch_size=self.batch_size,
+                sampler=sampler,
+                collate_fn=partial(collate, pad_id=v.pad_id, bos_id=v.bos_id, eos_id=v.eos_id),
+                num_workers=self.num_workers,
+                pin_memory=self.pin_memory,
+                persistent_workers=self.num_workers > 0,
+            )
 
-    def train_dataloader(self) -> DataLoader:
+    def train_dataloader(self) -> StatefulDataLoader:
         return self._loader("train", shuffle=True)
 
-    def val_dataloader(self) -> DataLoader:
+    def val_dataloader(self) -> StatefulDataLoader:
         return self._loader("validation", shuffle=False)
 
-    def test_dataloader(self) -> DataLoader:
+    def test_dataloader(self) -> StatefulDataLoader:
         return self._loader("test", shuffle=False)
 
 
