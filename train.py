@@ -94,10 +94,13 @@ def train(cfg: DictConfig) -> dict[str, Any]:
 
     try:
         test_metrics: dict[str, float] = {}
-        best = None
+        best = last = None
         if cfg.train:
             trainer.fit(module, datamodule=datamodule, ckpt_path=checkpoint_to_resume(cfg))
-            best = _checkpoint_path(trainer, "best_model_path")
+            # Read now: testing restores the callbacks' state as the best checkpoint saved it.
+            best = _best_checkpoint(trainer)
+            last_file = Path(cfg.paths.output_dir) / "checkpoints" / "last.ckpt"
+            last = str(last_file) if last_file.is_file() else None
             if best is None:
                 log.warning("No checkpoint was saved; testing the weights in memory")
         if cfg.test:
@@ -110,7 +113,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     summary = {
         "run_dir": str(Path(cfg.paths.output_dir)),
         "best_checkpoint": best if cfg.train else cfg.ckpt_path,
-        "last_checkpoint": _checkpoint_path(trainer, "last_model_path"),
+        "last_checkpoint": last,
         "test": test_metrics,
     }
     if trainer.is_global_zero:
@@ -173,10 +176,10 @@ def _report(summary: dict[str, Any], datamodule: Any) -> None:
         log.info("Inspect with:    python -m seq2seq.inspect %s", ckpt)
 
 
-def _checkpoint_path(trainer: Any, attribute: str) -> str | None:
-    """The best_model_path or last_model_path of whichever checkpoint callback has one."""
-    paths = [getattr(callback, attribute, "") for callback in trainer.checkpoint_callbacks]
-    return next((path for path in paths if path), None)
+def _best_checkpoint(trainer: Any) -> str | None:
+    """The best checkpoint of the callback that ranks by a metric (the others keep last.ckpt)."""
+    ranked = [c for c in trainer.checkpoint_callbacks if getattr(c, "monitor", None)]
+    return next((c.best_model_path for c in ranked if c.best_model_path), None)
 
 
 def _root_cause(error: BaseException) -> BaseException:

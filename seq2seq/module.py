@@ -71,6 +71,7 @@ class Seq2SeqModule(L.LightningModule):
         label_smoothing: of the cross-entropy loss.
         max_len_a, max_len_b: decoding makes at most a * source length + b tokens.
         beam_size: beam width for decoding the test set (1: greedy); validation is greedy.
+        compile: train with torch.compile (the model's forward; decoding stays eager).
         length_penalty: beam search ranks by log-probability / length ** length_penalty.
         log_examples: decoded validation examples written to the log each validation epoch.
     """
@@ -92,6 +93,7 @@ class Seq2SeqModule(L.LightningModule):
         beam_size: int = 1,
         length_penalty: float = 1.0,
         log_examples: int = 3,
+        compile: bool = False,
     ) -> None:
         super().__init__()
         if schedule not in SCHEDULES:
@@ -133,6 +135,12 @@ class Seq2SeqModule(L.LightningModule):
         if stage != "train":
             metrics["exact_match"] = MeanMetric()
         return MetricCollection(metrics, prefix=f"{stage}/")
+
+    def configure_model(self) -> None:
+        # In place (nn.Module.compile), so parameter names and checkpoints do not change.
+        if self.hparams.compile and not getattr(self, "_compiled", False):
+            self.model.compile()
+            self._compiled = True
 
     def _stage_metrics(self, stage: str) -> MetricCollection:
         return getattr(self, f"{stage}_metrics")

@@ -3,8 +3,8 @@
 Hydra calls `SweepSummary.on_multirun_end` once all jobs have finished (it is registered in
 configs/hydra/default.yaml). It reads what each job left in its directory (the overrides
 Hydra saved and train.py's summary.json), writes `sweep_summary.csv` in the sweep directory and
-prints the same as a table. Hydra's Callback base class is not imported: Hydra calls the hook
-by name, and the package stays free of Hydra (only the entry point uses it).
+prints the same as a table. Like train.py, this is part of the Hydra entry point: nothing else
+in the package imports it.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from hydra.experimental.callback import Callback
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +69,7 @@ def format_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-class SweepSummary:
+class SweepSummary(Callback):
     """A Hydra callback: summarise the sweep when every job has finished."""
 
     def on_multirun_end(self, config: Any, **kwargs: Any) -> None:

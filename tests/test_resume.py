@@ -25,7 +25,7 @@ RUN = [
     "data.batch_size=32",
     "trainer.max_epochs=3",
     "trainer.log_every_n_steps=1",
-    "callbacks.last_checkpoint.every_n_train_steps=5",
+    "callbacks.step_checkpoint.every_n_train_steps=5",
     "model.net.dropout=0.1",  # random draws too must continue where they stopped
 ]
 TOTAL_STEPS = 96

@@ -28,7 +28,7 @@ SMALL_DATA = ["data.train_size=256", "data.val_size=32", "data.test_size=32"]
 def test_config_groups_are_complete() -> None:
     assert GROUPS["data"] == ["copy", "reverse", "sort"]
     assert GROUPS["model"] == ["base", "small", "tiny"]
-    assert GROUPS["trainer"] == ["auto", "cpu", "ddp", "ddp_cpu", "default", "gpu", "mps"]
+    assert GROUPS["trainer"] == ["auto", "cpu", "ddp", "ddp_cpu", "default", "fsdp", "gpu", "mps"]
     assert GROUPS["logger"] == ["csv", "none", "tensorboard"]
     assert {"copy", "reverse", "sort"} <= set(GROUPS["experiment"])
     assert GROUPS["debug"] == ["fdr", "limit", "overfit"]
@@ -74,6 +74,8 @@ def test_run_writes_checkpoints_metrics_and_summary(trained: tuple[dict, DictCon
     run_dir = Path(cfg.paths.output_dir)
     assert Path(summary["best_checkpoint"]).is_file()
     assert Path(summary["last_checkpoint"]) == run_dir / "checkpoints" / "last.ckpt"
+    # last.ckpt holds the final state (6 epochs of 63 batches), not the last multiple of 200.
+    assert torch.load(summary["last_checkpoint"], weights_only=True)["global_step"] == 6 * 63
     assert json.loads((run_dir / "summary.json").read_text()) == summary
     with open(run_dir / "csv" / "version_0" / "metrics.csv") as f:
         rows = list(csv.DictReader(f))
