@@ -59,3 +59,20 @@ def test_sweep_writes_a_summary_of_every_job(tmp_path: Path, data_dir: Path) -> 
     for job in range(4):  # each job has its own directory and summary
         assert json.loads((sweep_dir / str(job) / "summary.json").read_text())["test"]
     assert "Sweep summary" in result.stdout + result.stderr
+
+
+def test_rerun_from_a_run_directory_gives_the_same_metrics(tmp_path: Path, data_dir: Path) -> None:
+    """The README's rerun command: the composed config in <run>/.hydra is the whole recipe."""
+
+    def run(*args: str) -> None:
+        result = subprocess.run(
+            [sys.executable, str(ROOT / "train.py"), *args],
+            cwd=tmp_path, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr[-2000:]
+
+    run(*QUICK, "trainer.max_epochs=1", f"paths.data_dir={data_dir}")
+    (first,) = (tmp_path / "outputs" / "train" / "runs").iterdir()
+    run("-cp", str(first / ".hydra"), "-cn", "config", f"hydra.run.dir={tmp_path / 'rerun'}")
+    assert metrics_rows(tmp_path / "rerun") == metrics_rows(first)
+    assert len(metrics_rows(first)) > 10

@@ -116,3 +116,26 @@ def test_resume_from_a_missing_checkpoint_fails_clearly(tmp_path: Path, data_dir
     cfg = compose_train(tmp_path, data_dir, [f"resume={tmp_path / 'nowhere'}"])
     with pytest.raises(ValueError, match=r"nowhere/checkpoints/last\.ckpt does not exist"):
         train(cfg)
+
+
+def test_an_interrupted_checkpoint_write_leaves_the_previous_file_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Lightning writes checkpoints through _atomic_save: into a temporary file renamed over the
+    old one when complete. A crash half-way through the write must leave the old file."""
+    from fsspec.implementations.local import LocalFileOpener
+    from lightning.fabric.utilities.cloud_io import _atomic_save
+
+    path = tmp_path / "last.ckpt"
+    _atomic_save({"state_dict": {"w": torch.ones(3)}, "hyper_parameters": {}}, path)
+    before = path.read_bytes()
+
+    def crash(self, data):  # write half, then die as a killed process would
+        self.f.write(data[: len(data) // 2])
+        raise OSError("simulated crash during the write")
+
+    monkeypatch.setattr(LocalFileOpener, "write", crash, raising=False)
+    with pytest.raises(OSError, match="simulated crash"):
+        _atomic_save({"state_dict": {"w": torch.zeros(1000)}, "hyper_parameters": {}}, path)
+    assert path.read_bytes() == before
+    assert torch.equal(torch.load(path, weights_only=True)["state_dict"]["w"], torch.ones(3))
