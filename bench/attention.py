@@ -9,14 +9,17 @@ Three implementations of the same self-attention, same weights and input:
   ours      MultiHeadAttention(x): scaled_dot_product_attention (fused kernels)
   torch     nn.MultiheadAttention(x, x, x, need_weights=False): its own fastest path
   explicit  MultiHeadAttention(x, need_weights=True): matmul, softmax, matmul (B*H*T*T scores)
-Times are medians of --repeats runs; memory is the peak added by one forward+backward, each
-measured in a fresh process on the CPU (peak resident size), or by the allocator on CUDA.
+Each repeat runs the three in turn; times are medians over --repeats, ratios the median of the
+per-repeat ratios (so the machine's drift cancels). Memory is the peak added by one
+forward+backward, measured in a fresh process on the CPU (peak resident size), or by the
+allocator on CUDA.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 from functools import partial
 from pathlib import Path
@@ -27,7 +30,14 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from common import environment, median_seconds, peak_memory_bytes, print_table, run_isolated
+from common import (
+    environment,
+    interleaved_seconds,
+    median_ratio,
+    peak_memory_bytes,
+    print_table,
+    run_isolated,
+)
 
 from seq2seq.attention import MultiHeadAttention
 
@@ -65,21 +75,23 @@ def measure_times(args: argparse.Namespace, device: torch.device) -> list[list[o
             fns = build(d_model, heads, device)
             for length in args.lengths:
                 x = torch.randn(args.batch, length, d_model, device=device, requires_grad=True)
-                fwd, both = {}, {}
-                for name in IMPLEMENTATIONS:
-                    fn = fns[name]
-                    with torch.no_grad():
-                        fwd[name] = median_seconds(partial(fn, x), device, args.repeats)
-                    both[name] = median_seconds(
-                        partial(forward_backward, fn, x), device, args.repeats
+                with torch.no_grad():
+                    fwd = interleaved_seconds(
+                        {n: partial(fns[n], x) for n in IMPLEMENTATIONS}, device, args.repeats
                     )
+                both = interleaved_seconds(
+                    {n: partial(forward_backward, fns[n], x) for n in IMPLEMENTATIONS},
+                    device,
+                    args.repeats,
+                )
+                med = {n: (statistics.median(fwd[n]), statistics.median(both[n])) for n in fns}
                 rows.append(
                     [d_model, heads, length]
-                    + [f"{fwd[n] * 1e3:.2f}" for n in IMPLEMENTATIONS]
-                    + [f"{both[n] * 1e3:.2f}" for n in IMPLEMENTATIONS]
+                    + [f"{med[n][0] * 1e3:.2f}" for n in IMPLEMENTATIONS]
+                    + [f"{med[n][1] * 1e3:.2f}" for n in IMPLEMENTATIONS]
                     + [
-                        f"{both['ours'] / both['torch']:.2f}",
-                        f"{both['ours'] / both['explicit']:.2f}",
+                        f"{median_ratio(both['ours'], both['torch']):.2f}",
+                        f"{median_ratio(both['ours'], both['explicit']):.2f}",
                     ]
                 )
                 print(f"  measured d_model={d_model} heads={heads} T={length}", file=sys.stderr)
@@ -132,7 +144,7 @@ def main() -> None:
     parser.add_argument("--heads", type=int, nargs="+", default=[4, 8])
     parser.add_argument("--lengths", type=int, nargs="+", default=[16, 64, 256, 512])
     parser.add_argument("--memory-length", type=int, default=512)
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--child", choices=IMPLEMENTATIONS, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:

@@ -37,6 +37,34 @@ def median_seconds(
     return statistics.median(times)
 
 
+def interleaved_seconds(
+    fns: dict[str, Callable[[], object]], device: torch.device, repeats: int, warmup: int = 2
+) -> dict[str, list[float]]:
+    """Wall times of several callables, taken in turn within each repeat.
+
+    Round-robin rather than all repeats of one, then all of the next: on a shared machine the
+    speed drifts over seconds, and taking turns puts every callable under the same drift, so
+    the per-repeat ratios between them are far steadier than ratios of separate medians.
+    """
+    for _ in range(warmup):
+        for fn in fns.values():
+            fn()
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            sync(device)
+            start = time.perf_counter()
+            fn()
+            sync(device)
+            times[name].append(time.perf_counter() - start)
+    return times
+
+
+def median_ratio(a: list[float], b: list[float]) -> float:
+    """Median over repeats of a[i] / b[i] (times taken in the same round)."""
+    return statistics.median(x / y for x, y in zip(a, b, strict=True))
+
+
 def _status_bytes(field: str) -> int:
     """A size from /proc/self/status (VmRSS: resident now, VmHWM: its peak), in bytes."""
     with open("/proc/self/status") as f:

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["CheckpointError", "load_checkpoint", "load_module"]
+__all__ = ["CheckpointError", "load_checkpoint", "load_module", "module_from_checkpoint"]
 
 
 class CheckpointError(ValueError):
@@ -56,9 +56,15 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
 
 def load_module(path: str | Path, map_location: str | torch.device = "cpu"):
     """A Seq2SeqModule (in eval mode) rebuilt from a checkpoint alone."""
+    return module_from_checkpoint(load_checkpoint(path, map_location), path, map_location)
+
+
+def module_from_checkpoint(
+    checkpoint: dict[str, Any], path: str | Path, map_location: str | torch.device = "cpu"
+):
+    """A Seq2SeqModule (in eval mode) from a checkpoint dict load_checkpoint returned."""
     from seq2seq.module import Seq2SeqModule
 
-    checkpoint = load_checkpoint(path, map_location)
     try:
         module = Seq2SeqModule(**checkpoint["hyper_parameters"])
     except TypeError as error:

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from seq2seq.checkpoint import CheckpointError, load_checkpoint, load_module
+from seq2seq.checkpoint import load_checkpoint, load_module, module_from_checkpoint
 
 # Not the standard library's `inspect`: run as `python -m seq2seq.inspect`.
 
@@ -47,7 +47,7 @@ def parameter_counts(module: torch.nn.Module) -> dict[str, int]:
 def report(path: str) -> dict[str, Any]:
     """Everything inspect knows about one checkpoint, as plain values."""
     checkpoint = load_checkpoint(path)
-    module = load_module(path)
+    module = module_from_checkpoint(checkpoint, path)
     best = {}
     for key, state in checkpoint.get("callbacks", {}).items():
         if key.startswith("ModelCheckpoint") and state.get("best_model_score") is not None:
@@ -180,7 +180,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(json.dumps(report(args.checkpoints[0]), indent=2))
         else:
             print_report(report(args.checkpoints[0]))
-    except (ValueError, CheckpointError, OSError) as error:
+    except (ValueError, OSError) as error:  # CheckpointError is a ValueError
         print(f"error: {error}", file=sys.stderr)
         return 1
     return 0

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from seq2seq.checkpoint import CheckpointError, load_module
+from seq2seq.checkpoint import load_module
 from seq2seq.decoding import beam_search, greedy_decode, max_decode_length, sample_decode
 
 
@@ -153,7 +153,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         with torch.inference_mode():
             for line in translate(args):
                 print(line)
-    except (ValueError, CheckpointError, OSError) as error:
+    except (ValueError, OSError) as error:  # CheckpointError is a ValueError
         print(f"error: {error}", file=sys.stderr)
         return 1
     return 0
