@@ -135,7 +135,15 @@ def checkpoint_to_resume(cfg: DictConfig) -> str | None:
 
 def build_module(cfg: DictConfig, datamodule: Any) -> Any:
     """A new module sized by the data's vocabularies, or (train=false) the checkpoint's."""
+    needed = datamodule.longest_sequence
     if cfg.train:
+        max_positions = cfg.model.net.max_positions
+        if max_positions < needed:
+            raise ValueError(
+                f"model.net.max_positions={max_positions} is below the {needed} positions the "
+                f"data needs (max_length {datamodule.max_length} + <bos>/<eos>): raise "
+                f"model.net.max_positions or lower the data's max length"
+            )
         log.info("Instantiating model <%s>", cfg.model._target_)
         module = instantiate(
             cfg.model,

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from seq2seq.checkpoint import load_checkpoint, load_module, module_from_checkpoint
+from seq2seq.data.tokenizer import clean
 
 # Not the standard library's `inspect`: run as `python -m seq2seq.inspect`.
 
@@ -61,7 +62,7 @@ def report(path: str) -> dict[str, Any]:
         "model_config": module.config.to_dict(),
         "parameters": parameter_counts(module),
         "tokenizer": {
-            "kind": module.src_vocab.to_dict()["kind"],
+            "kind": module.src_vocab.kind,
             "src_vocab_size": len(module.src_vocab),
             "tgt_vocab_size": len(module.tgt_vocab),
         },
@@ -133,7 +134,7 @@ def plot_attention(path: str, text: str, out: str) -> int:
 
     module = load_module(path)
     vocab_in, vocab_out = module.src_vocab, module.tgt_vocab
-    src = torch.tensor([vocab_in.encode(text)])
+    src = torch.tensor([vocab_in.encode(clean(text))])
     if src.numel() == 0:
         raise ValueError("--attention needs a non-empty source text")
     with torch.inference_mode():
@@ -147,8 +148,8 @@ def plot_attention(path: str, text: str, out: str) -> int:
     figure = attention_figure(
         cross=[maps[f"decoder.layers.{i}.cross_attn"][0] for i in layers],
         self_attn=[maps[f"decoder.layers.{i}.self_attn"][0] for i in layers],
-        source_tokens=[vocab_in.itos[i] for i in src[0].tolist()],
-        output_tokens=[vocab_out.itos[i] for i in tgt_in[0].tolist()],
+        source_tokens=[vocab_in.token_label(i) for i in src[0].tolist()],
+        output_tokens=[vocab_out.token_label(i) for i in tgt_in[0].tolist()],
         title=f"{text!r} -> {vocab_out.decode(output)!r}",
     )
     figure.savefig(out, dpi=100, bbox_inches="tight")

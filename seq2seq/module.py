@@ -20,14 +20,16 @@ from torch import Tensor
 from torch.optim.lr_scheduler import LambdaLR
 from torchmetrics import MeanMetric, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
+from torchmetrics.text import CharErrorRate, CHRFScore, SacreBLEUScore
 
-from seq2seq.data.vocab import Vocabulary
+from seq2seq.data.tokenizer import tokenizer_from_dict
 from seq2seq.decoding import beam_search, greedy_decode, max_decode_length
 from seq2seq.model import ModelConfig, Seq2SeqTransformer
 
 log = logging.getLogger(__name__)
 
 SCHEDULES = ("inverse_sqrt", "cosine", "constant")
+BLEU_TOKENIZERS = ("13a", "char", "intl", "none")
 
 
 def lr_lambda(
@@ -74,6 +76,11 @@ class Seq2SeqModule(L.LightningModule):
         compile: train with torch.compile (the model's forward; decoding stays eager).
         length_penalty: beam search ranks by log-probability / length ** length_penalty.
         log_examples: decoded validation examples written to the log each validation epoch.
+        val_decode_limit: validation decodes (for exact match, BLEU, chrF, CER) only its first
+            this many examples, so a long validation set does not dominate training time;
+            loss and token accuracy cover it all, and the test set is always decoded whole.
+        bleu_tokenize: sacreBLEU's tokenizer: 13a (its default), char (for targets of one
+            word, such as number words, where word n-grams do not exist), intl, none.
     """
 
     def __init__(
@@ -94,6 +101,8 @@ class Seq2SeqModule(L.LightningModule):
         length_penalty: float = 1.0,
         log_examples: int = 3,
         compile: bool = False,
+        val_decode_limit: int | None = 1000,
+        bleu_tokenize: str = "13a",
     ) -> None:
         super().__init__()
         if schedule not in SCHEDULES:
@@ -103,11 +112,19 @@ class Seq2SeqModule(L.LightningModule):
                 raise ValueError(f"model.{name} must be positive, got {value}")
         if beam_size < 1:
             raise ValueError(f"model.beam_size must be at least 1, got {beam_size}")
+        if val_decode_limit is not None and val_decode_limit < 1:
+            raise ValueError(
+                f"model.val_decode_limit must be at least 1 (or null: all), got {val_decode_limit}"
+            )
+        if bleu_tokenize not in BLEU_TOKENIZERS:
+            raise ValueError(
+                f"model.bleu_tokenize must be one of {BLEU_TOKENIZERS}, got {bleu_tokenize!r}"
+            )
         if not 0.0 <= label_smoothing < 1.0:
             raise ValueError(f"model.label_smoothing must be in [0, 1), got {label_smoothing}")
         self.save_hyperparameters()
-        self.src_vocab = Vocabulary.from_dict(src_vocab)
-        self.tgt_vocab = Vocabulary.from_dict(tgt_vocab)
+        self.src_vocab = tokenizer_from_dict(src_vocab)
+        self.tgt_vocab = tokenizer_from_dict(tgt_vocab)
         v = self.tgt_vocab
         self.config = ModelConfig(
             src_vocab_size=len(self.src_vocab),
@@ -132,9 +149,15 @@ class Seq2SeqModule(L.LightningModule):
                 len(self.tgt_vocab), average="micro", ignore_index=self.tgt_vocab.pad_id
             ),
         }
-        if stage != "train":
+        if stage == "train":
+            metrics["padding"] = MeanMetric()  # fraction of batch positions that are <pad>
+        else:
+            # From greedy (test: beam) decoding, on detokenised text for the text metrics.
             metrics["exact_match"] = MeanMetric()
-        return MetricCollection(metrics, prefix=f"{stage}/")
+            metrics["bleu"] = SacreBLEUScore(tokenize=self.hparams.bleu_tokenize)
+            metrics["chrf"] = CHRFScore(n_word_order=0)  # chrF as sacreBLEU reports it (not chrF++)
+            metrics["cer"] = CharErrorRate()
+        return MetricCollection(metrics, prefix=f"{stage}/", compute_groups=False)
 
     def configure_model(self) -> None:
         # In place (nn.Module.compile), so parameter names and checkpoints do not change.
@@ -171,6 +194,10 @@ class Seq2SeqModule(L.LightningModule):
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
         loss = self._update("train", batch)
+        pad = self.tgt_vocab.pad_id
+        positions = batch["src"].numel() + batch["tgt_in"].numel()
+        padded = (batch["src"] == pad).sum() + (batch["tgt_in"] == pad).sum()
+        self.train_metrics["train/padding"].update(padded / positions, weight=positions)
         self.log("train/loss_step", loss, prog_bar=True, batch_size=batch["src"].size(0))
         return loss
 
@@ -185,13 +212,26 @@ class Seq2SeqModule(L.LightningModule):
 
     def _eval_step(self, stage: str, batch: dict[str, Tensor], batch_idx: int) -> None:
         self._update(stage, batch)
+        limit = self.hparams.val_decode_limit
+        if stage == "val" and batch_idx == 0:
+            self._val_decoded = 0
+        if stage == "val" and limit is not None and self._val_decoded >= limit:
+            return
         beam = self.hparams.beam_size if stage == "test" else 1
         predictions = self.decode(batch["src"], beam)
-        self._stage_metrics(stage)[f"{stage}/exact_match"].update(
+        metrics = self._stage_metrics(stage)
+        metrics[f"{stage}/exact_match"].update(
             exact_match(predictions, batch["labels"], self.tgt_vocab.pad_id)
         )
-        if stage == "val" and batch_idx == 0:
-            self._log_examples(batch, predictions)
+        hypotheses = [self.tgt_vocab.decode(row) for row in predictions.tolist()]
+        references = [self.tgt_vocab.decode(row) for row in batch["labels"].tolist()]
+        metrics[f"{stage}/bleu"].update(hypotheses, [[r] for r in references])
+        metrics[f"{stage}/chrf"].update(hypotheses, [[r] for r in references])
+        metrics[f"{stage}/cer"].update(hypotheses, references)
+        if stage == "val":
+            self._val_decoded += batch["src"].size(0)
+            if batch_idx == 0:
+                self._log_examples(batch, predictions)
 
     def on_validation_epoch_end(self) -> None:
         self._log_epoch("val")

@@ -20,6 +20,7 @@ import torch
 from torch import Tensor
 
 from seq2seq.checkpoint import load_module
+from seq2seq.data.tokenizer import clean
 from seq2seq.decoding import beam_search, greedy_decode, max_decode_length, sample_decode
 
 
@@ -76,9 +77,10 @@ def encode_inputs(lines: list[str], vocab, max_positions: int, truncate: bool) -
     """Token ids of every non-empty line; too-long lines fail (or are cut with --truncate)."""
     encoded = []
     for index, line in enumerate(lines):
-        if not line.strip():
+        text = clean(line)
+        if not text:
             continue
-        ids = vocab.encode(line)
+        ids = vocab.encode(text)
         if len(ids) > max_positions:
             if not truncate:
                 raise ValueError(

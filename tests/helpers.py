@@ -24,3 +24,30 @@ def compose_train(tmp_path: Path, data_dir: Path, overrides: list[str]) -> DictC
         cfg.paths.data_dir = str(data_dir)
         del cfg.hydra
     return cfg
+
+
+SYNTHETIC = ("copy", "reverse", "sort")
+
+
+def small_data(option: str, tmp_path: Path) -> list[str]:
+    """Overrides that make data option `option` small enough for a test run."""
+    if option in SYNTHETIC:
+        return ["data.train_size=256", "data.val_size=32", "data.test_size=32"]
+    if option in ("numbers", "dates"):
+        sizes = ["train_size=256", "val_size=32", "test_size=32"]
+        return [f"data.corpus.{size}" for size in sizes]
+    if option == "parallel_files":
+        path = tmp_path / "pairs.tsv"
+        rows = [f"{i} {i + 1}\t{i + 1} {i}" for i in range(300)]
+        path.write_text("src\ttgt\n" + "\n".join(rows) + "\n", encoding="utf-8")
+        return [f"data.corpus.train.file={path}", "data.val_size=32", "data.test_size=32",
+                "data.tokenizer.vocab_size=300", "data.max_length=60"]  # fmt: skip
+    if option == "hub":
+        return ["data.corpus.name=nobody/no-such-dataset"]
+    raise ValueError(f"no small settings for data={option}")
+
+
+def experiment_data(experiment: str) -> str:
+    """The data option an experiment config selects (its `override /data:` line)."""
+    text = (CONFIG_DIR / "experiment" / f"{experiment}.yaml").read_text()
+    return text.split("override /data:")[1].split()[0]

@@ -126,7 +126,7 @@ def test_inspect_json_has_everything(trained: Trained, capsys) -> None:
     assert info["parameters"]["total"] == sum(
         v.numel() for k, v in module["state_dict"].items() if k.startswith("model.")
     )
-    assert info["tokenizer"] == {"kind": "vocabulary", "src_vocab_size": 14, "tgt_vocab_size": 14}
+    assert info["tokenizer"] == {"kind": "symbol", "src_vocab_size": 14, "tgt_vocab_size": 14}
     assert info["best_metric"]["val/exact_match"] > 0.9
     assert "val/exact_match" in info["last_metrics"]
     assert info["run_config"]["data"]["task"] == "copy"

@@ -11,7 +11,14 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import CONFIG_DIR, ROOT, compose_train
+from helpers import (
+    CONFIG_DIR,
+    ROOT,
+    SYNTHETIC,
+    compose_train,
+    experiment_data,
+    small_data,
+)
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
@@ -26,7 +33,9 @@ SMALL_DATA = ["data.train_size=256", "data.val_size=32", "data.test_size=32"]
 
 
 def test_config_groups_are_complete() -> None:
-    assert GROUPS["data"] == ["copy", "reverse", "sort"]
+    assert GROUPS["data"] == [
+        "copy", "dates", "hub", "numbers", "parallel_files", "reverse", "sort"
+    ]  # fmt: skip
     assert GROUPS["model"] == ["base", "small", "tiny"]
     assert GROUPS["trainer"] == ["auto", "cpu", "ddp", "ddp_cpu", "default", "fsdp", "gpu", "mps"]
     assert GROUPS["logger"] == ["csv", "none", "tensorboard"]
@@ -39,8 +48,16 @@ def test_every_config_group_composes_and_instantiates(
     group: str, tmp_path: Path, data_dir: Path
 ) -> None:
     for option in GROUPS[group]:
-        cfg = compose_train(tmp_path, data_dir, [f"{group}={option}", *SMALL_DATA])
+        data = SMALL_DATA
+        if group in ("data", "experiment"):
+            data = small_data(option if group == "data" else experiment_data(option), tmp_path)
+        cfg = compose_train(tmp_path, data_dir, [f"{group}={option}", *data])
         datamodule = instantiate(cfg.data)
+        if option == "hub":  # offline in tests: it must say so at once
+            with pytest.raises(ValueError, match="offline"):
+                datamodule.setup("fit")
+            continue
+        datamodule.setup("fit")
         vocab = datamodule.tgt_vocab.to_dict()
         module = instantiate(cfg.model, src_vocab=vocab, tgt_vocab=vocab)
         assert isinstance(module, Seq2SeqModule)
@@ -53,14 +70,18 @@ def test_every_config_group_composes_and_instantiates(
             assert cfg.trainer.accelerator in ("gpu", "mps")
 
 
-@pytest.mark.parametrize("model", GROUPS["model"])
-@pytest.mark.parametrize("data", GROUPS["data"])
+@pytest.mark.parametrize(
+    ("data", "model"),
+    [(data, model) for data in SYNTHETIC for model in GROUPS["model"]]
+    + [(data, "tiny") for data in ("numbers", "dates", "parallel_files")],
+)
 def test_fast_dev_run_for_every_task_and_size(
     data: str, model: str, tmp_path: Path, data_dir: Path
 ) -> None:
-    cfg = compose_train(tmp_path, data_dir, [f"data={data}", f"model={model}", "debug=fdr"])
-    summary = train(cfg)
-    assert set(summary["test"]) == {"test/loss", "test/token_acc", "test/exact_match"}
+    overrides = [f"data={data}", f"model={model}", "debug=fdr", *small_data(data, tmp_path)]
+    summary = train(compose_train(tmp_path, data_dir, overrides))
+    metrics = {"loss", "token_acc", "exact_match", "bleu", "chrf", "cer"}
+    assert set(summary["test"]) == {f"test/{name}" for name in metrics}
     assert all(0 <= v < float("inf") for v in summary["test"].values())
 
 
@@ -191,3 +212,33 @@ def test_learning_rate_schedules_are_continuous_and_lazy() -> None:
     assert [inverse(s) for s in (3, 15)] == pytest.approx([1.0, 0.5])
     assert lr_lambda("constant", 0, total, 0.0)(1000) == 1.0
     assert lr_lambda("cosine", 0, total, 0.0)(0) == 1.0
+
+
+def test_a_briefly_trained_model_beats_an_untrained_one_on_numbers(
+    tmp_path: Path, data_dir: Path
+) -> None:
+    import lightning as L
+
+    from train import build_module
+
+    overrides = [
+        "experiment=numbers_en_de",
+        "data.corpus.train_size=3000",
+        "data.corpus.val_size=50",
+        "data.corpus.test_size=200",
+        "model.net.d_model=64",
+        "model.net.d_ff=256",
+        "model.net.num_encoder_layers=2",
+        "model.net.num_decoder_layers=2",
+        "model.warmup_steps=30",
+        "trainer.max_epochs=3",
+        "logger=none",
+    ]
+    cfg = compose_train(tmp_path, data_dir, overrides)
+    trained = train(cfg)["test"]
+    datamodule = instantiate(cfg.data)
+    datamodule.setup("fit")
+    untrained = L.Trainer(logger=False, enable_progress_bar=False, enable_model_summary=False)
+    (baseline,) = untrained.test(build_module(cfg, datamodule), datamodule=datamodule)
+    assert trained["test/chrf"] > baseline["test/chrf"] + 0.3
+    assert trained["test/cer"] < baseline["test/cer"] - 0.3

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import warnings
-from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -17,10 +16,11 @@ import lightning as L
 import torch
 from datasets import Dataset, DatasetDict
 from torch import Tensor
-from torch.utils.data import Sampler
 from torchdata.stateful_dataloader import StatefulDataLoader
 
+from seq2seq.data.batching import BucketBatchSampler, EpochShuffle
 from seq2seq.data.synthetic import SPLITS, check_held_out, check_task, generate
+from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.data.vocab import Vocabulary
 
 log = logging.getLogger(__name__)
@@ -53,80 +53,66 @@ def collate(examples: list[dict[str, Any]], pad_id: int, bos_id: int, eos_id: in
     }
 
 
-def encode_pair(
-    example: dict[str, str], src_vocab: Vocabulary, tgt_vocab: Vocabulary
-) -> dict[str, list[int]]:
-    return {
-        "src_ids": src_vocab.encode(example["src"]),
-        "tgt_ids": tgt_vocab.encode(example["tgt"]),
-    }
-
-
-class EpochShuffle(Sampler[int]):
-    """A new random order every epoch that depends only on (seed, epoch).
-
-    Like DistributedSampler's shuffle, and unlike a generator carried from epoch to epoch, the
-    order of any epoch can be rebuilt from two numbers; with the count of indices already
-    given out, which the loader checkpoints with its state, a run resumed mid-epoch replays
-    the rest of that epoch and every later one exactly. Lightning calls set_epoch before each
-    epoch. The seed defaults to the run's (seed_everything); the shuffle never draws from the
-    global generator that dropout uses.
-    """
-
-    def __init__(self, size: int, seed: int | None = None) -> None:
-        self.size = size
-        self.seed = torch.initial_seed() if seed is None else seed
-        self.epoch = 0
-        self.yielded = 0  # indices given out in the current epoch
-        self._resume_at = 0
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
-
-    def __iter__(self) -> Iterator[int]:
-        generator = torch.Generator().manual_seed(self.seed + self.epoch)
-        order = torch.randperm(self.size, generator=generator).tolist()
-        self.yielded, self._resume_at = self._resume_at, 0
-        for index in order[self.yielded :]:
-            self.yielded += 1
-            yield index
-
-    def __len__(self) -> int:
-        return self.size
-
-    def state_dict(self) -> dict[str, int]:
-        return {"epoch": self.epoch, "seed": self.seed, "yielded": self.yielded}
-
-    def load_state_dict(self, state: dict[str, int]) -> None:
-        self.epoch, self.seed, self._resume_at = state["epoch"], state["seed"], state["yielded"]
+def encode_texts(
+    batch: dict[str, list[str]], src_vocab: Tokenizer, tgt_vocab: Tokenizer
+) -> dict[str, list]:
+    """Token ids of a batch of pairs, and each pair's padded length (its longer side, the
+    target counting its <bos> or <eos>), which length bucketing sorts by."""
+    src_ids = src_vocab.encode_batch(batch["src"])
+    tgt_ids = tgt_vocab.encode_batch(batch["tgt"])
+    lengths = [max(len(s), len(t) + 1) for s, t in zip(src_ids, tgt_ids, strict=True)]
+    return {"src_ids": src_ids, "tgt_ids": tgt_ids, "length": lengths}
 
 
 class Seq2SeqDataModule(L.LightningDataModule):
     """Shared machinery; subclasses implement `load_splits` and set the two vocabularies.
 
     Args:
-        batch_size: examples per batch.
+        batch_size: examples per batch (with bucketing: at most).
         num_workers: DataLoader worker processes (0 loads in the main process).
         data_dir: where HuggingFace datasets caches the generated and tokenized splits.
         pin_memory: pin host memory for faster copies to a GPU.
+        bucket: batch training examples of similar length together (BucketBatchSampler).
+        max_tokens: with bucket, the most padded tokens in a training batch (null: no limit).
+        pool_batches: with bucket, how many batches' worth of examples are sorted together.
     """
 
-    src_vocab: Vocabulary
-    tgt_vocab: Vocabulary
+    src_vocab: Tokenizer
+    tgt_vocab: Tokenizer
+    max_length: int  # the most tokens of a source or target, without <bos> and <eos>
 
     def __init__(
-        self, batch_size: int, num_workers: int, data_dir: str, pin_memory: bool = False
+        self,
+        batch_size: int,
+        num_workers: int,
+        data_dir: str,
+        pin_memory: bool = False,
+        bucket: bool = False,
+        max_tokens: int | None = None,
+        pool_batches: int = 50,
     ) -> None:
         super().__init__()
         if batch_size <= 0:
             raise ValueError(f"data.batch_size must be a positive integer, got {batch_size}")
         if num_workers < 0:
             raise ValueError(f"data.num_workers must be 0 or more, got {num_workers}")
+        if max_tokens is not None and max_tokens <= 0:
+            raise ValueError(f"data.max_tokens must be positive (or null), got {max_tokens}")
+        if pool_batches <= 0:
+            raise ValueError(f"data.pool_batches must be positive, got {pool_batches}")
         self.batch_size = batch_size
         self.num_workers = num_workers
         self.data_dir = Path(data_dir)
         self.pin_memory = pin_memory
+        self.bucket = bucket
+        self.max_tokens = max_tokens
+        self.pool_batches = pool_batches
         self.splits: DatasetDict | None = None
+
+    @property
+    def longest_sequence(self) -> int:
+        """Positions the model needs: the longest source, or target with <bos> or <eos>."""
+        return self.max_length + 1
 
     def load_splits(self) -> DatasetDict:
         """The text splits train, validation, test, each with "src" and "tgt" columns."""
@@ -134,8 +120,9 @@ class Seq2SeqDataModule(L.LightningDataModule):
 
     def prepare_data(self) -> None:
         # Fills the cache under data_dir once per node; Lightning calls it again at each stage.
+        # Kept, so setup on this process does not read (and log) it all a second time.
         if self.splits is None:
-            self._tokenized()
+            self.splits = self._tokenized()
 
     def setup(self, stage: str | None = None) -> None:
         if self.splits is None:
@@ -145,7 +132,8 @@ class Seq2SeqDataModule(L.LightningDataModule):
         # A module-level function with plain arguments: datasets fingerprints (hashes) what it
         # is given, and a closure over self would drag the whole trainer and model along.
         return self.load_splits().map(
-            encode_pair,
+            encode_texts,
+            batched=True,
             fn_kwargs={"src_vocab": self.src_vocab, "tgt_vocab": self.tgt_vocab},
             remove_columns=["src", "tgt"],
             desc="tokenizing",
@@ -158,13 +146,21 @@ class Seq2SeqDataModule(L.LightningDataModule):
             self.setup()
         assert self.splits is not None
         v = self.tgt_vocab
-        sampler = EpochShuffle(len(self.splits[split])) if shuffle else None
+        dataset = self.splits[split]
+        if shuffle and self.bucket:
+            batching: dict[str, Any] = {
+                "batch_sampler": BucketBatchSampler(
+                    dataset["length"], self.batch_size, self.max_tokens, self.pool_batches
+                )
+            }
+        else:
+            sampler = EpochShuffle(len(dataset)) if shuffle else None
+            batching = {"batch_size": self.batch_size, "sampler": sampler}
         with warnings.catch_warnings():  # torchdata 0.11 calls a deprecated torch function
             warnings.filterwarnings("ignore", message=".*set_vital.*")
             return StatefulDataLoader(
-                self.splits[split],
-                batch_size=self.batch_size,
-                sampler=sampler,
+                dataset,
+                **batching,
                 collate_fn=partial(collate, pad_id=v.pad_id, bos_id=v.bos_id, eos_id=v.eos_id),
                 num_workers=self.num_workers,
                 pin_memory=self.pin_memory,
@@ -191,7 +187,8 @@ class SyntheticDataModule(Seq2SeqDataModule):
         train_size, val_size, test_size: examples per split; validation and test sequences are
             distinct and never occur in training.
         seed: the data's seed; the same seed always gives the same data.
-        batch_size, num_workers, data_dir, pin_memory: as in Seq2SeqDataModule.
+        batch_size, num_workers, data_dir, pin_memory, bucket, max_tokens, pool_batches: as in
+            Seq2SeqDataModule.
     """
 
     def __init__(
@@ -208,8 +205,13 @@ class SyntheticDataModule(Seq2SeqDataModule):
         num_workers: int,
         data_dir: str,
         pin_memory: bool = False,
+        bucket: bool = False,
+        max_tokens: int | None = None,
+        pool_batches: int = 50,
     ) -> None:
-        super().__init__(batch_size, num_workers, data_dir, pin_memory)
+        super().__init__(
+            batch_size, num_workers, data_dir, pin_memory, bucket, max_tokens, pool_batches
+        )
         check_task(task, num_symbols, min_len, max_len)
         sizes = {"train_size": train_size, "val_size": val_size, "test_size": test_size}
         for name, size in sizes.items():
@@ -221,7 +223,7 @@ class SyntheticDataModule(Seq2SeqDataModule):
             task=task, num_symbols=num_symbols, min_len=min_len, max_len=max_len,
             train_size=train_size, val_size=val_size, test_size=test_size, seed=seed,
         )  # fmt: skip
-        self.max_len = max_len
+        self.max_length = max_len
         self.src_vocab = self.tgt_vocab = Vocabulary(str(i) for i in range(num_symbols))
 
     def load_splits(self) -> DatasetDict:

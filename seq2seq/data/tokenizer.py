@@ -1,0 +1,153 @@
+"""Tokenizers for text: characters, words, or BPE learned from the training split.
+
+Every tokenizer has the interface of `Vocabulary` (encode, decode, token_label, len, the
+special ids 0-3, to_dict/from_dict), so the model, decoding and the command-line tools never
+ask which one they hold. The saved form is plain values (for words and BPE, the `tokenizers`
+library's JSON), so a checkpoint carries its tokenizers and loads with weights_only=True.
+
+    kind    tokens                                   decode(encode(text)) == text
+    symbol  whitespace-separated symbols (synthetic)  up to whitespace
+    char    characters                               yes, for characters seen in training
+    word    words and punctuation marks              up to spacing around punctuation
+    bpe     byte-level BPE subwords                  yes, any Unicode text (no <unk> ever)
+"""
+
+from __future__ import annotations
+
+import json
+import unicodedata
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from seq2seq.data.vocab import SPECIALS, UNK, CharVocabulary, Vocabulary, strip_specials
+
+KINDS = ("char", "word", "bpe")
+
+
+def clean(text: str) -> str:
+    """What every text goes through before tokenizing, in training and in translate: NFC
+    normalisation ("Ko\u0308ln" and "Köln" become the same characters) and stripping."""
+    return unicodedata.normalize("NFC", text).strip()
+
+
+class LearnedTokenizer:
+    """A word-level or byte-level BPE tokenizer of the HuggingFace `tokenizers` library.
+
+    Wrapped rather than used bare so it shares Vocabulary's interface: the special tokens are
+    the first four ids, encode adds none, decode stops at <eos>.
+    """
+
+    pad_id, bos_id, eos_id, unk_id = range(4)
+
+    def __init__(self, kind: str, tokenizer: Any) -> None:
+        if kind not in ("word", "bpe"):
+            raise ValueError(f"a learned tokenizer is 'word' or 'bpe', got {kind!r}")
+        self.kind = kind
+        self.tokenizer = tokenizer
+        specials = [tokenizer.token_to_id(token) for token in SPECIALS]
+        if specials != [0, 1, 2, 3]:
+            raise ValueError(f"the special tokens {SPECIALS} must have ids 0-3, got {specials}")
+
+    @classmethod
+    def fit(
+        cls, kind: str, texts: Iterable[str], vocab_size: int, min_frequency: int = 1
+    ) -> LearnedTokenizer:
+        from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+        if kind == "word":
+            tokenizer = Tokenizer(models.WordLevel(unk_token=UNK))
+            tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()  # \w+ and [^\w\s]+ runs
+            trainer = trainers.WordLevelTrainer(
+                vocab_size=vocab_size, min_frequency=min_frequency,
+                special_tokens=list(SPECIALS), show_progress=False,
+            )  # fmt: skip
+        elif kind == "bpe":
+            # Byte-level: every string is some sequence of the 256 byte tokens, so nothing is
+            # ever unknown and decoding gives back the exact text, spaces and accents included.
+            tokenizer = Tokenizer(models.BPE())
+            tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+            tokenizer.decoder = decoders.ByteLevel()
+            trainer = trainers.BpeTrainer(
+                vocab_size=vocab_size, min_frequency=min_frequency,
+                special_tokens=list(SPECIALS), show_progress=False,
+                initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+            )  # fmt: skip
+        else:
+            raise ValueError(f"a learned tokenizer is 'word' or 'bpe', got {kind!r}")
+        tokenizer.train_from_iterator(texts, trainer=trainer)
+        return cls(kind, tokenizer)
+
+    def __len__(self) -> int:
+        return self.tokenizer.get_vocab_size()
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, LearnedTokenizer) and self.to_dict() == other.to_dict()
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=False).ids
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        return [e.ids for e in self.tokenizer.encode_batch(texts, add_special_tokens=False)]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Text up to the first <eos>, without <bos> or <pad> (an <unk> stays visible)."""
+        return self.tokenizer.decode(strip_specials(ids, self), skip_special_tokens=False)
+
+    def token_label(self, i: int) -> str:
+        # Byte-level tokens are stored with bytes mapped to printable symbols ("Ġ" is a
+        # space); decoding one token alone shows the text it stands for.
+        if self.kind == "bpe" and i >= len(SPECIALS):
+            return self.tokenizer.decode([i])
+        return self.tokenizer.id_to_token(i)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "json": self.tokenizer.to_str()}
+
+    @classmethod
+    def from_dict(cls, state: dict[str, Any]) -> LearnedTokenizer:
+        from tokenizers import Tokenizer
+
+        return cls(state["kind"], Tokenizer.from_str(state["json"]))
+
+
+Tokenizer = Vocabulary | LearnedTokenizer
+
+
+def fit_tokenizer(
+    kind: str, texts: Iterable[str], vocab_size: int | None = None, min_frequency: int = 1
+) -> Tokenizer:
+    """A tokenizer of the given kind fitted on texts (the training split)."""
+    if kind not in KINDS:
+        raise ValueError(f"data.tokenizer.kind must be one of {KINDS}, got {kind!r}")
+    if min_frequency < 1:
+        raise ValueError(f"data.tokenizer.min_frequency must be at least 1, got {min_frequency}")
+    if vocab_size is not None and vocab_size <= len(SPECIALS):
+        raise ValueError(
+            f"data.tokenizer.vocab_size must exceed the {len(SPECIALS)} special tokens, "
+            f"got {vocab_size}"
+        )
+    if kind == "char":
+        return CharVocabulary.fit(texts, vocab_size, min_frequency)
+    if vocab_size is None:
+        raise ValueError(f"data.tokenizer.vocab_size is needed for kind={kind!r}, e.g. 8000")
+    return LearnedTokenizer.fit(kind, texts, vocab_size, min_frequency)
+
+
+def tokenizer_from_dict(state: dict[str, Any]) -> Tokenizer:
+    """Rebuild a tokenizer from its to_dict() (as saved in checkpoints)."""
+    kind = state.get("kind") if isinstance(state, dict) else None
+    if kind == Vocabulary.kind:
+        return Vocabulary.from_dict(state)
+    if kind == CharVocabulary.kind:
+        return CharVocabulary.from_dict(state)
+    if kind in ("word", "bpe"):
+        return LearnedTokenizer.from_dict(state)
+    raise ValueError(f"not a saved tokenizer: kind={kind!r}")
+
+
+def save_tokenizer(tokenizer: Tokenizer, path: Any) -> None:
+    path.write_text(json.dumps(tokenizer.to_dict()), encoding="utf-8")
+
+
+def load_tokenizer(path: Any) -> Tokenizer:
+    return tokenizer_from_dict(json.loads(path.read_text(encoding="utf-8")))

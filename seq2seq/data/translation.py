@@ -1,0 +1,198 @@
+"""The data module for translation: a corpus's text pairs -> fitted tokenizers -> batches.
+
+corpus.load()          text pairs per split (corpora.py), cached by datasets
+drop empty pairs       counted in the log
+split off              validation / test the corpus lacks, from train, with the seed
+fit tokenizers         on the training split (cached under data_dir/tokenizers)
+tokenize               ids and lengths, cached by datasets
+drop long pairs        longer than max_length tokens on either side, counted in the log
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from datasets import DatasetDict
+
+from seq2seq.data.corpora import SPLITS
+from seq2seq.data.datamodule import Seq2SeqDataModule
+from seq2seq.data.tokenizer import Tokenizer, fit_tokenizer, load_tokenizer, save_tokenizer
+
+log = logging.getLogger(__name__)
+
+
+def _non_empty(example: dict[str, str]) -> bool:
+    return bool(example["src"]) and bool(example["tgt"])
+
+
+def _within(example: dict[str, Any], max_length: int) -> bool:
+    return max(len(example["src_ids"]), len(example["tgt_ids"])) <= max_length
+
+
+def _count_unknown(batch: dict[str, list], unk_id: int) -> dict[str, list[int]]:
+    return {"unknown": [ids.count(unk_id) for ids in batch["src_ids"]]}
+
+
+class TranslationDataModule(Seq2SeqDataModule):
+    """Translation pairs from a corpus, with tokenizers fitted on its training split.
+
+    Args:
+        corpus: an object with load(data_dir) -> DatasetDict of "src"/"tgt" texts
+            (NumberWords, Dates, ParallelFiles, HubCorpus in corpora.py).
+        tokenizer: kind (char, word or bpe), vocab_size (null: every character, for char),
+            min_frequency, and shared (one tokenizer for both sides, fitted on both).
+        max_length: most tokens on either side; longer pairs are dropped and counted, never
+            cut.
+        val_size, test_size: pairs split off the training data when the corpus has no
+            validation or test split.
+        seed: of that split.
+        batch_size, num_workers, data_dir, pin_memory, bucket, max_tokens, pool_batches: as
+            in Seq2SeqDataModule.
+    """
+
+    def __init__(
+        self,
+        corpus: Any,
+        tokenizer: dict[str, Any],
+        max_length: int,
+        batch_size: int,
+        num_workers: int,
+        data_dir: str,
+        val_size: int = 1000,
+        test_size: int = 1000,
+        seed: int = 0,
+        pin_memory: bool = False,
+        bucket: bool = True,
+        max_tokens: int | None = None,
+        pool_batches: int = 50,
+    ) -> None:
+        super().__init__(
+            batch_size, num_workers, data_dir, pin_memory, bucket, max_tokens, pool_batches
+        )
+        if max_length <= 0:
+            raise ValueError(f"data.max_length must be a positive integer, got {max_length}")
+        if max_tokens is not None and max_tokens < max_length + 1:
+            raise ValueError(
+                f"data.max_tokens={max_tokens} cannot hold one pair of max_length={max_length} "
+                f"tokens (plus <eos>): raise it to at least {max_length + 1}"
+            )
+        for name, size in (("val_size", val_size), ("test_size", test_size)):
+            if size <= 0:
+                raise ValueError(f"data.{name} must be a positive integer, got {size}")
+        known = {"kind", "vocab_size", "min_frequency", "shared"}
+        unknown = sorted(set(tokenizer) - known)
+        if unknown:
+            raise ValueError(f"unknown data.tokenizer settings {unknown}; known: {sorted(known)}")
+        self.corpus = corpus
+        self.tokenizer_config = {
+            "kind": tokenizer.get("kind", "char"),
+            "vocab_size": tokenizer.get("vocab_size"),
+            "min_frequency": tokenizer.get("min_frequency", 1),
+            "shared": bool(tokenizer.get("shared", False)),
+        }
+        self.max_length = max_length
+        self.val_size, self.test_size, self.seed = val_size, test_size, seed
+
+    def load_splits(self) -> DatasetDict:
+        # The tokenizers are fitted on the training text, so they exist from here on.
+        text = self._load_text()
+        self.src_vocab, self.tgt_vocab = self._fit(text["train"])
+        return text
+
+    def _tokenized(self) -> DatasetDict:
+        splits = super()._tokenized()
+        if self.src_vocab.kind in ("char", "word"):
+            self._log_unknown(splits)
+        kept = {}
+        for split, dataset in splits.items():
+            kept[split] = dataset.filter(
+                _within, fn_kwargs={"max_length": self.max_length}, desc=f"{split}: max_length"
+            )
+            dropped = len(dataset) - len(kept[split])
+            if dropped:
+                log.warning(
+                    "%s: dropped %d of %d pairs longer than data.max_length=%d tokens",
+                    split, dropped, len(dataset), self.max_length,
+                )  # fmt: skip
+            if len(kept[split]) == 0:
+                raise ValueError(
+                    f"the {split} split has no pair of at most data.max_length={self.max_length} "
+                    "tokens: raise data.max_length"
+                )
+        return DatasetDict(kept)
+
+    def _log_unknown(self, splits: DatasetDict) -> None:
+        """Source tokens of validation and test that training never saw map to <unk>."""
+        for split in ("validation", "test"):
+            counts = splits[split].map(
+                _count_unknown, batched=True, fn_kwargs={"unk_id": self.src_vocab.unk_id},
+                remove_columns=splits[split].column_names, desc=f"{split}: unknown tokens",
+            )["unknown"]  # fmt: skip
+            if sum(counts):
+                log.warning(
+                    "%s: %d source tokens in %d pairs are not in the vocabulary and map to <unk>",
+                    split, sum(counts), sum(1 for n in counts if n),
+                )  # fmt: skip
+
+    def _load_text(self) -> DatasetDict:
+        loaded = self.corpus.load(self.data_dir)
+        text = {}
+        for split, dataset in loaded.items():
+            text[split] = dataset.filter(_non_empty, desc=f"{split}: empty pairs")
+            dropped = len(dataset) - len(text[split])
+            if dropped:
+                log.warning("%s: dropped %d empty pairs of %d", split, dropped, len(dataset))
+        return self._split_off(DatasetDict(text))
+
+    def _split_off(self, text: DatasetDict) -> DatasetDict:
+        """Validation and test splits the corpus lacks, taken from train with the seed."""
+        for split, size in (("test", self.test_size), ("validation", self.val_size)):
+            if split in text:
+                continue
+            train = text["train"]
+            if size >= len(train) // 2:
+                raise ValueError(
+                    f"cannot split {size} {split} pairs off a training split of {len(train)}: "
+                    f"lower data.{'val' if split == 'validation' else 'test'}_size or give "
+                    f"data.corpus.{split} files"
+                )
+            parts = train.train_test_split(test_size=size, seed=self.seed, shuffle=True)
+            text["train"], text[split] = parts["train"], parts["test"]
+            log.info("%s: split %d pairs off the training data (seed %d)", split, size, self.seed)
+        for split in SPLITS:
+            if len(text[split]) == 0:
+                raise ValueError(f"the {split} split is empty: give data with pairs in it")
+        return DatasetDict({split: text[split] for split in SPLITS})
+
+    def _fit(self, train: Any) -> tuple[Tokenizer, Tokenizer]:
+        """Source and target tokenizers fitted on train, or read from the cache."""
+        config = self.tokenizer_config
+        key = hashlib.sha256(
+            json.dumps([train._fingerprint, config], sort_keys=True).encode()
+        ).hexdigest()[:16]
+        paths = [Path(self.data_dir) / "tokenizers" / f"{key}-{side}.json" for side in "st"]
+        if all(p.is_file() for p in paths):
+            return load_tokenizer(paths[0]), load_tokenizer(paths[1])
+
+        def fit(*columns: str) -> Tokenizer:
+            texts = (text for column in columns for text in train[column])
+            return fit_tokenizer(
+                config["kind"], texts, config["vocab_size"], config["min_frequency"]
+            )
+
+        if config["shared"]:
+            src = tgt = fit("src", "tgt")
+        else:
+            src, tgt = fit("src"), fit("tgt")
+        log.info(
+            "Fitted %s tokenizers on %d training pairs: source %d tokens, target %d%s",
+            config["kind"], len(train), len(src), len(tgt), " (shared)" if config["shared"] else "",
+        )  # fmt: skip
+        paths[0].parent.mkdir(parents=True, exist_ok=True)
+        for tokenizer, path in zip((src, tgt), paths, strict=True):
+            save_tokenizer(tokenizer, path)
+        return src, tgt

@@ -1,0 +1,361 @@
+"""Translation data: generated corpora, the user's files, tokenizers, length bucketing."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import logging
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from seq2seq.data import TranslationDataModule, fit_tokenizer, tokenizer_from_dict
+from seq2seq.data.batching import BucketBatchSampler
+from seq2seq.data.corpora import Dates, HubCorpus, NumberWords, ParallelFiles
+
+TEXTS = ["Grüße aus Köln — ça va?", "dreihundertsiebenundvierzig", "Sonntag, 29. November 2026"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Tokenizers
+
+
+@pytest.mark.parametrize("kind", ["char", "bpe"])
+def test_char_and_bpe_round_trip_non_ascii_text(kind: str) -> None:
+    tokenizer = fit_tokenizer(kind, TEXTS * 20, vocab_size=None if kind == "char" else 300)
+    for text in TEXTS:
+        ids = tokenizer.encode(text)
+        assert tokenizer.decode([1, *ids, 2, 7, 0]) == text  # <bos> ... <eos> then ignored
+    restored = tokenizer_from_dict(tokenizer.to_dict())
+    assert restored == tokenizer and restored.encode(TEXTS[0]) == tokenizer.encode(TEXTS[0])
+    if kind == "bpe":  # byte-level: even characters training never saw come back
+        assert tokenizer.decode(tokenizer.encode("日本語 ŝ")) == "日本語 ŝ"
+        assert tokenizer.unk_id not in tokenizer.encode("日本語 ŝ")
+
+
+def test_word_tokenizer_splits_punctuation_and_maps_unknown_words_to_unk() -> None:
+    tokenizer = fit_tokenizer("word", TEXTS * 5, vocab_size=100)
+    assert tokenizer.decode(tokenizer.encode("Grüße aus Köln")) == "Grüße aus Köln"
+    assert tokenizer.decode(tokenizer.encode("Köln, ça va?")) == "Köln , ça va ?"
+    ids = tokenizer.encode("Grüße aus Berlin")
+    assert ids[-1] == tokenizer.unk_id and tokenizer.unk_id not in ids[:-1]
+    assert tokenizer_from_dict(tokenizer.to_dict()) == tokenizer
+
+
+def test_char_vocabulary_maps_unseen_characters_to_unk_and_keeps_specials_first() -> None:
+    tokenizer = fit_tokenizer("char", ["abc", "cab"])
+    assert len(tokenizer) == 4 + 3
+    assert tokenizer.encode("abz") == [tokenizer.encode("a")[0], tokenizer.encode("b")[0], 3]
+    assert (tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id, tokenizer.unk_id) == (0, 1, 2, 3)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("chars", None), r"kind must be one of \('char', 'word', 'bpe'\), got 'chars'"),
+        (("bpe", None), "vocab_size is needed for kind='bpe'"),
+        (("word", 4), "vocab_size must exceed the 4 special tokens, got 4"),
+    ],
+)
+def test_bad_tokenizer_settings_fail_clearly(args: tuple, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        fit_tokenizer(args[0], TEXTS, args[1])
+
+
+# ---------------------------------------------------------------------------------------------
+# Generated corpora
+
+
+def pairs(corpus, data_dir: Path) -> dict[str, list[tuple[str, str]]]:
+    loaded = corpus.load(data_dir)
+    return {split: list(zip(ds["src"], ds["tgt"], strict=True)) for split, ds in loaded.items()}
+
+
+SMALL = {"train_size": 300, "val_size": 20, "test_size": 30}
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda seed: NumberWords(high=999, seed=seed, **SMALL),
+        lambda seed: Dates(start="2000-01-01", end="2001-12-31", seed=seed, **SMALL),
+    ],
+    ids=["numbers", "dates"],
+)
+def test_generated_corpora_are_seeded_and_hold_test_pairs_out_of_training(
+    make, data_dir: Path
+) -> None:
+    first, again, other = (pairs(make(seed), data_dir) for seed in (1, 1, 2))
+    assert first == again
+    assert first != other
+    assert {k: len(v) for k, v in first.items()} == {"train": 300, "validation": 20, "test": 30}
+    train_sources = {src for src, _ in first["train"]}
+    held_out = first["validation"] + first["test"]
+    assert len(set(held_out)) == 50
+    assert not train_sources & {src for src, _ in held_out}
+
+
+def test_number_words_and_dates_say_what_they_should(data_dir: Path) -> None:
+    import datetime
+
+    from num2words import num2words
+
+    from seq2seq.data.corpora import date_text, number_text
+
+    assert number_text(347, "en", "words") == "three hundred and forty-seven"
+    assert number_text(347, "de", "words") == "dreihundertsiebenundvierzig"
+    assert date_text(datetime.date(2026, 11, 29), "de_DE", "full") == "Sonntag, 29. November 2026"
+    assert date_text(datetime.date(2026, 11, 29), "iso", "long") == "2026-11-29"
+    digits = NumberWords(src_form="digits", tgt_lang="fr", high=999, seed=0, **SMALL)
+    for split in pairs(digits, data_dir).values():
+        for src, tgt in split:
+            assert tgt == num2words(int(src), lang="fr")
+    forms = ["full", "short"]
+    dates = Dates(src_forms=forms, start="2026-01-01", end="2027-12-31", seed=0, **SMALL)
+    for src, tgt in pairs(dates, data_dir)["train"]:
+        date = datetime.date.fromisoformat(tgt)
+        assert src in (date_text(date, "de_DE", "full"), date_text(date, "de_DE", "short"))
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: NumberWords(src_lang="xx"), "src_lang='xx' is not a num2words language"),
+        (lambda: NumberWords(tgt_form="roman"), "tgt_form must be words or digits"),
+        (lambda: NumberWords(high=99, val_size=40, test_size=20), "exceeds half of the 100"),
+        (lambda: NumberWords(train_size=0), "train_size must be a positive integer, got 0"),
+        (lambda: Dates(src_locale="xx_YY"), "src_locale='xx_YY' is not a locale Babel knows"),
+        (lambda: Dates(start="2020-13-01"), "start and end must be ISO dates"),
+        (lambda: Dates(start="2020-01-02", end="2020-01-01"), "end=2020-01-01 is before start"),
+        (lambda: Dates(src_forms=[]), "src_forms is empty"),
+    ],
+)
+def test_bad_corpus_settings_fail_clearly(make, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        make()
+
+
+# ---------------------------------------------------------------------------------------------
+# The user's files
+
+
+def write(path: Path, text: str | bytes) -> Path:
+    data = text.encode("utf-8") if isinstance(text, str) else text
+    path.write_bytes(gzip.compress(data) if path.suffix == ".gz" else data)
+    return path
+
+
+def load_files(tmp_path: Path, **splits) -> dict[str, list[tuple[str, str]]]:
+    return pairs(ParallelFiles(**splits), tmp_path / "cache")
+
+
+def test_aligned_text_files_gzip_and_unicode(tmp_path: Path) -> None:
+    src = write(tmp_path / "train.en.gz", "Good morning\n  Cologne \nKo\u0308ln\n")
+    tgt = write(tmp_path / "train.de", "Guten Morgen\nKöln\r\nKöln\n")
+    loaded = load_files(tmp_path, train={"src": str(src), "tgt": str(tgt)})
+    # Stripped, CRLF removed, and NFC: the decomposed "Ko\u0308ln" reads as "Köln".
+    assert loaded == {
+        "train": [("Good morning", "Guten Morgen"), ("Cologne", "Köln"), ("Köln", "Köln")]
+    }
+
+
+def test_tsv_csv_and_jsonl_files(tmp_path: Path) -> None:
+    tsv = write(tmp_path / "a.tsv", 'id\ten\tde\n1\t"Hello"\tHallo\n2\tyes, sir\tja\n')
+    csv_file = write(tmp_path / "a.csv", 'en,de\n"Hello, you",Hallo\n')
+    jsonl = write(
+        tmp_path / "a.jsonl.gz",
+        "\n".join(json.dumps({"translation": {"en": e, "de": d}}) for e, d in [("a", "ä")]),
+    )
+    columns = {"src_column": "en", "tgt_column": "de"}
+    assert load_files(tmp_path, train={"file": str(tsv)}, **columns)["train"] == [
+        ('"Hello"', "Hallo"),  # TSV: quotes are text, commas too
+        ("yes, sir", "ja"),
+    ]
+    assert load_files(tmp_path, train={"file": str(csv_file)}, **columns)["train"] == [
+        ("Hello, you", "Hallo")
+    ]
+    nested = {"src_column": "translation.en", "tgt_column": "translation.de"}
+    assert load_files(tmp_path, train={"file": str(jsonl)}, **nested)["train"] == [("a", "ä")]
+
+
+def test_an_edited_file_is_read_again(tmp_path: Path) -> None:
+    path = write(tmp_path / "a.tsv", "src\ttgt\none\teins\n")
+    assert load_files(tmp_path, train={"file": str(path)})["train"] == [("one", "eins")]
+    time.sleep(0.01)
+    write(path, "src\ttgt\ntwo\tzwei\n")
+    assert load_files(tmp_path, train={"file": str(path)})["train"] == [("two", "zwei")]
+
+
+@pytest.mark.parametrize(
+    ("files", "message"),
+    [
+        (
+            {"train.en": "a\nb\nc\n", "train.de": "x\ny\n"},
+            r"train\.en has 3 lines but .*train\.de has 2: the files must be aligned",
+        ),
+        ({"train.en": "", "train.de": ""}, r"train\.en and .*train\.de are empty"),
+        (
+            {"train.en": b"ok\nbad \xe9 byte\n", "train.de": "x\ny\n"},
+            r"train\.en line 2 is not valid UTF-8 \(byte 0xe9 at column 5\)",
+        ),
+        ({"pairs.tsv": "en\tfr\nhi\tsalut\n"}, r"pairs\.tsv has no column 'src' \(its header: en"),
+        ({"pairs.tsv": "src\ttgt\nhello\n"}, r"pairs\.tsv line 2 has 1 fields but the header has"),
+        ({"pairs.tsv": ""}, r"pairs\.tsv is empty: a TSV file needs a header row"),
+        ({"pairs.jsonl": '{"src": "a"}\n'}, r"pairs\.jsonl line 1 has no field 'tgt'"),
+        ({"pairs.jsonl": "{oops\n"}, r"pairs\.jsonl line 1 is not valid JSON"),
+    ],
+    ids=["lines", "empty", "utf8", "tsv-column", "tsv-fields", "tsv-empty", "jsonl-key", "json"],
+)
+def test_bad_files_fail_with_the_file_and_line(tmp_path: Path, files: dict, message: str) -> None:
+    paths = [write(tmp_path / name, content) for name, content in files.items()]
+    if len(paths) == 2:
+        spec = {"src": str(paths[0]), "tgt": str(paths[1])}
+    else:
+        spec = {"file": str(paths[0])}
+    with pytest.raises(ValueError, match=message):
+        load_files(tmp_path, train=spec)
+
+
+@pytest.mark.parametrize(
+    ("train", "message"),
+    [
+        ({"src": "missing.en", "tgt": "missing.de"}, "train.src: file missing.en does not exist"),
+        ({}, "data.corpus.train needs files"),
+        ({"src": "x"}, "needs both src and tgt files"),
+    ],
+)
+def test_missing_files_fail_before_reading(train: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        ParallelFiles(train=train)
+
+
+def test_unknown_file_format_is_named(tmp_path: Path) -> None:
+    path = write(tmp_path / "pairs.xlsx", "x")
+    with pytest.raises(ValueError, match=r"cannot tell the format of .*pairs\.xlsx"):
+        ParallelFiles(train={"file": str(path)})
+
+
+def test_hub_offline_fails_at_once_with_a_message(tmp_path: Path) -> None:
+    start = time.perf_counter()
+    with pytest.raises(ValueError, match=r"offline .* and not cached; use data=parallel_files"):
+        HubCorpus("nobody/no-such-dataset", "en", "de").load(tmp_path)
+    assert time.perf_counter() - start < 30  # no network retries
+
+
+# ---------------------------------------------------------------------------------------------
+# The data module
+
+
+def test_datamodule_drops_and_counts_empty_and_long_pairs_and_splits_off_missing_splits(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    lines = [(f"source {i}", f"Ziel {i}") for i in range(200)]
+    lines[5] = ("", "nur Ziel")
+    lines[6] = ("   ", "   ")
+    lines[7] = ("long " * 30, "lang")
+    src = write(tmp_path / "train.en", "\n".join(s for s, _ in lines) + "\n")
+    tgt = write(tmp_path / "train.de", "\n".join(t for _, t in lines) + "\n")
+
+    def make() -> TranslationDataModule:
+        return TranslationDataModule(
+            ParallelFiles(train={"src": str(src), "tgt": str(tgt)}),
+            tokenizer={"kind": "char"},
+            max_length=20,
+            batch_size=8,
+            num_workers=0,
+            data_dir=str(tmp_path / "data"),
+            val_size=20,
+            test_size=30,
+            seed=1,
+        )
+
+    with caplog.at_level(logging.WARNING):
+        datamodule = make()
+        datamodule.setup("fit")
+    assert "train: dropped 2 empty pairs of 200" in caplog.text
+    assert "train: dropped 1 of 148 pairs longer than data.max_length=20 tokens" in caplog.text
+    sizes = {split: len(ds) for split, ds in datamodule.splits.items()}
+    assert sizes == {"train": 147, "validation": 20, "test": 30}
+    again = make()
+    again.setup("fit")
+    assert again.splits["test"]["src_ids"] == datamodule.splits["test"]["src_ids"]
+    test_sources = {tuple(ids) for ids in datamodule.splits["test"]["src_ids"]}
+    assert not test_sources & {tuple(ids) for ids in datamodule.splits["train"]["src_ids"]}
+
+
+def test_unknown_validation_characters_are_counted_in_the_log(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    train = write(tmp_path / "train.tsv", "src\ttgt\n" + "abc\txyz\n" * 10)
+    valid = write(tmp_path / "valid.tsv", "src\ttgt\nabq\txyz\nqqa\txy\n")
+    datamodule = TranslationDataModule(
+        ParallelFiles(train={"file": str(train)}, validation={"file": str(valid)},
+                      test={"file": str(valid)}),
+        tokenizer={"kind": "char"}, max_length=10, batch_size=4, num_workers=0,
+        data_dir=str(tmp_path / "data"),
+    )  # fmt: skip
+    with caplog.at_level(logging.WARNING):
+        datamodule.setup("fit")
+    assert "validation: 3 source tokens in 2 pairs are not in the vocabulary" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"max_length": 0}, "data.max_length must be a positive integer, got 0"),
+        ({"max_tokens": 10}, "max_tokens=10 cannot hold one pair of max_length=20"),
+        ({"tokenizer": {"kind": "char", "size": 3}}, r"unknown data.tokenizer settings \['size'\]"),
+        ({"batch_size": 0}, "data.batch_size must be a positive integer, got 0"),
+    ],
+)
+def test_bad_datamodule_settings_fail_clearly(overrides: dict, message: str) -> None:
+    args = dict(
+        corpus=NumberWords(), tokenizer={"kind": "char"}, max_length=20, batch_size=8,
+        num_workers=0, data_dir="unused",
+    )  # fmt: skip
+    with pytest.raises(ValueError, match=message):
+        TranslationDataModule(**{**args, **overrides})
+
+
+# ---------------------------------------------------------------------------------------------
+# Length bucketing
+
+
+def test_bucketing_covers_every_example_once_within_the_token_budget() -> None:
+    lengths = torch.randint(1, 60, (1000,), generator=torch.Generator().manual_seed(0)).tolist()
+    sampler = BucketBatchSampler(lengths, batch_size=64, max_tokens=512, pool_batches=10, seed=3)
+    batches = list(sampler)
+    assert len(batches) == len(sampler)
+    assert sorted(i for b in batches for i in b) == list(range(1000))
+    for batch in batches:
+        assert len(batch) <= 64 and len(batch) * max(lengths[i] for i in batch) <= 512
+
+    def padding(batches: list[list[int]]) -> float:
+        padded = sum(len(b) * max(lengths[i] for i in b) for b in batches)
+        return 1 - sum(lengths) / padded
+
+    shuffled = torch.randperm(1000, generator=torch.Generator().manual_seed(0)).tolist()
+    random_batches = [shuffled[i : i + 16] for i in range(0, 1000, 16)]
+    assert padding(batches) < 0.1 < 0.3 < padding(random_batches)
+
+
+def test_bucketing_is_a_function_of_seed_and_epoch_and_resumes_mid_epoch() -> None:
+    lengths = list(range(1, 101))
+    sampler = BucketBatchSampler(lengths, batch_size=8, max_tokens=200, seed=5)
+    first = list(sampler)
+    assert first == list(BucketBatchSampler(lengths, batch_size=8, max_tokens=200, seed=5))
+    sampler.set_epoch(1)
+    second = list(sampler)
+    assert second != first
+    iterator = iter(sampler)
+    taken = [next(iterator) for _ in range(3)]
+    restored = BucketBatchSampler(lengths, batch_size=8, max_tokens=200, seed=0)
+    restored.load_state_dict(sampler.state_dict())
+    assert taken + list(restored) == second
+
+
+def test_an_example_longer_than_the_budget_gets_a_batch_of_its_own() -> None:
+    batches = list(BucketBatchSampler([5, 50, 5, 5], batch_size=4, max_tokens=20, seed=0))
+    assert [1] in batches and sorted(len(b) for b in batches) == [1, 3]
