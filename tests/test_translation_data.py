@@ -359,3 +359,50 @@ def test_bucketing_is_a_function_of_seed_and_epoch_and_resumes_mid_epoch() -> No
 def test_an_example_longer_than_the_budget_gets_a_batch_of_its_own() -> None:
     batches = list(BucketBatchSampler([5, 50, 5, 5], batch_size=4, max_tokens=20, seed=0))
     assert [1] in batches and sorted(len(b) for b in batches) == [1, 3]
+
+
+def test_samplers_shard_one_epoch_order_between_processes() -> None:
+    from seq2seq.data.batching import EpochShuffle, InOrder
+
+    whole = list(EpochShuffle(10, seed=4))
+    shards = [list(EpochShuffle(10, seed=4, num_replicas=3, rank=r)) for r in range(3)]
+    assert [len(s) for s in shards] == [4, 4, 4]  # padded by repeating the first items
+    assert [i for r in range(4) for i in (s[r] for s in shards)] == whole + whole[:2]
+    assert list(InOrder(5, num_replicas=2, rank=1)) == [1, 3, 0]
+    lengths = list(range(1, 201))
+    buckets = [
+        list(BucketBatchSampler(lengths, 8, 100, seed=2, num_replicas=2, rank=r)) for r in (0, 1)
+    ]
+    assert len(buckets[0]) == len(buckets[1])
+    together = sorted(i for shard in buckets for batch in shard for i in batch)
+    assert set(together) == set(range(200))
+
+
+def test_bucketed_loader_gets_its_epoch_from_lightning_and_resumes_mid_epoch(
+    tmp_path: Path,
+) -> None:
+    from lightning.fabric.utilities.data import _set_sampler_epoch
+
+    rows = "".join(f"{'a' * (1 + i % 17)}\t{'b' * (1 + i % 5)}\n" for i in range(300))
+    path = write(tmp_path / "pairs.tsv", "src\ttgt\n" + rows)
+    datamodule = TranslationDataModule(
+        ParallelFiles(train={"file": str(path)}), tokenizer={"kind": "char"}, max_length=20,
+        batch_size=16, num_workers=0, data_dir=str(tmp_path / "data"), val_size=20,
+        test_size=20, max_tokens=128,
+    )  # fmt: skip
+    datamodule.setup("fit")
+
+    def epoch(loader, number: int) -> list[list[list[int]]]:
+        _set_sampler_epoch(loader, number)  # what Lightning calls before each epoch
+        return [batch["src"].tolist() for batch in loader]
+
+    loader = datamodule.train_dataloader()
+    first, second = epoch(loader, 0), epoch(loader, 1)
+    assert first != second  # a new order each epoch
+    _set_sampler_epoch(loader, 1)
+    iterator = iter(loader)
+    taken = [next(iterator)["src"].tolist() for _ in range(4)]
+    state = loader.state_dict()
+    resumed = datamodule.train_dataloader()
+    resumed.load_state_dict(state)
+    assert taken + [batch["src"].tolist() for batch in resumed] == second

@@ -6,6 +6,11 @@ rebuilt from two numbers. With the count of items already given out, which the l
 in checkpoints through state_dict, a run resumed mid-epoch replays the rest of that epoch and
 every later one exactly. Lightning calls set_epoch before each epoch. The seed defaults to the
 run's (seed_everything); neither sampler draws from the global generator that dropout uses.
+
+Under data parallelism each process takes every num_replicas-th item of the same epoch order
+(padded by repeating its first items, so every process gets as many as the others, as
+DistributedSampler does). The samplers shard themselves because Lightning cannot inject its
+DistributedSampler into a batch sampler; the trainer configs set use_distributed_sampler=false.
 """
 
 from __future__ import annotations
@@ -18,9 +23,13 @@ from torch.utils.data import Sampler
 
 
 class _EpochOrder(Sampler):
-    """What both samplers share: an epoch's items from (seed, epoch), resumable mid-epoch."""
+    """What the samplers share: an epoch's items from (seed, epoch), this process's share of
+    them, resumable mid-epoch."""
 
-    def __init__(self, seed: int | None) -> None:
+    def __init__(self, seed: int | None, num_replicas: int = 1, rank: int = 0) -> None:
+        if not 0 <= rank < num_replicas:
+            raise ValueError(f"need 0 <= rank < num_replicas, got {rank} and {num_replicas}")
+        self.num_replicas, self.rank = num_replicas, rank
         self.seed = torch.initial_seed() if seed is None else seed
         self.epoch = 0
         self.yielded = 0  # items given out in the current epoch
@@ -30,7 +39,12 @@ class _EpochOrder(Sampler):
         raise NotImplementedError
 
     def _epoch_items(self) -> list[Any]:
-        return self._items(torch.Generator().manual_seed(self.seed + self.epoch))
+        items = self._items(torch.Generator().manual_seed(self.seed + self.epoch))
+        if self.num_replicas == 1:
+            return items
+        short = -len(items) % self.num_replicas
+        items = items + (items * (short // max(len(items), 1) + 1))[:short]
+        return items[self.rank :: self.num_replicas]
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
@@ -52,15 +66,24 @@ class _EpochOrder(Sampler):
 class EpochShuffle(_EpochOrder):
     """A random permutation of range(size), new every epoch; the loader batches it."""
 
-    def __init__(self, size: int, seed: int | None = None) -> None:
-        super().__init__(seed)
+    def __init__(
+        self, size: int, seed: int | None = None, num_replicas: int = 1, rank: int = 0
+    ) -> None:
+        super().__init__(seed, num_replicas, rank)
         self.size = size
 
     def _items(self, generator: torch.Generator) -> list[int]:
         return torch.randperm(self.size, generator=generator).tolist()
 
     def __len__(self) -> int:
-        return self.size
+        return -(-self.size // self.num_replicas)
+
+
+class InOrder(EpochShuffle):
+    """range(size) in order (validation and test), this process's share of it."""
+
+    def _items(self, generator: torch.Generator) -> list[int]:
+        return list(range(self.size))
 
 
 class BucketBatchSampler(_EpochOrder):
@@ -87,8 +110,13 @@ class BucketBatchSampler(_EpochOrder):
         max_tokens: int | None = None,
         pool_batches: int = 50,
         seed: int | None = None,
+        num_replicas: int = 1,
+        rank: int = 0,
     ) -> None:
-        super().__init__(seed)
+        # Lightning sets the epoch through batch_sampler.sampler.set_epoch and never calls a
+        # batch sampler's own; this sampler holds the epoch (and is the unsharded order).
+        self.sampler = EpochShuffle(len(lengths), seed)
+        super().__init__(self.sampler.seed, num_replicas, rank)
         if max_tokens is not None and max_tokens <= 0:
             raise ValueError(f"data.max_tokens must be positive (or null), got {max_tokens}")
         if pool_batches <= 0:
@@ -99,6 +127,14 @@ class BucketBatchSampler(_EpochOrder):
         self.pool_batches = pool_batches
         self._cache: tuple[tuple[int, int], list[list[int]]] | None = None
 
+    @property  # type: ignore[override]
+    def epoch(self) -> int:
+        return self.sampler.epoch
+
+    @epoch.setter
+    def epoch(self, epoch: int) -> None:
+        self.sampler.epoch = epoch
+
     def _items(self, generator: torch.Generator) -> list[list[int]]:
         key = (self.seed, self.epoch)
         if self._cache is None or self._cache[0] != key:  # __len__ and __iter__ share it
@@ -106,7 +142,7 @@ class BucketBatchSampler(_EpochOrder):
         return self._cache[1]
 
     def _batches(self, generator: torch.Generator) -> list[list[int]]:
-        order = torch.randperm(len(self.lengths), generator=generator)
+        order = torch.tensor(self.sampler._items(generator), dtype=torch.long)
         pool = self.pool_batches * self.batch_size
         budget = self.max_tokens or float("inf")
         batches: list[list[int]] = []

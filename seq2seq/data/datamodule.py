@@ -18,7 +18,7 @@ from datasets import Dataset, DatasetDict
 from torch import Tensor
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-from seq2seq.data.batching import BucketBatchSampler, EpochShuffle
+from seq2seq.data.batching import BucketBatchSampler, EpochShuffle, InOrder
 from seq2seq.data.synthetic import SPLITS, check_held_out, check_task, generate
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.data.vocab import Vocabulary
@@ -147,14 +147,18 @@ class Seq2SeqDataModule(L.LightningDataModule):
         assert self.splits is not None
         v = self.tgt_vocab
         dataset = self.splits[split]
+        trainer = self.trainer  # set once Lightning runs this module; None when used alone
+        shard = {
+            "num_replicas": trainer.world_size if trainer else 1,
+            "rank": trainer.global_rank if trainer else 0,
+        }
         if shuffle and self.bucket:
-            batching: dict[str, Any] = {
-                "batch_sampler": BucketBatchSampler(
-                    dataset["length"], self.batch_size, self.max_tokens, self.pool_batches
-                )
-            }
+            batch_sampler = BucketBatchSampler(
+                dataset["length"], self.batch_size, self.max_tokens, self.pool_batches, **shard
+            )
+            batching: dict[str, Any] = {"batch_sampler": batch_sampler}
         else:
-            sampler = EpochShuffle(len(dataset)) if shuffle else None
+            sampler = (EpochShuffle if shuffle else InOrder)(len(dataset), **shard)
             batching = {"batch_size": self.batch_size, "sampler": sampler}
         with warnings.catch_warnings():  # torchdata 0.11 calls a deprecated torch function
             warnings.filterwarnings("ignore", message=".*set_vital.*")
