@@ -82,6 +82,11 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     datamodule.prepare_data()
     datamodule.setup("fit")
     module = build_module(cfg, datamodule)
+    resume_from = checkpoint_to_resume(cfg) if cfg.train else None
+    if resume_from:
+        check_same_model(resume_from, module)
+    if cfg.train:
+        check_output_dir(Path(cfg.paths.output_dir), module)
 
     callbacks = instantiate_group(cfg.get("callbacks"), "callback")
     loggers = instantiate_group(cfg.get("logger"), "logger")
@@ -96,7 +101,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         test_metrics: dict[str, float] = {}
         best = last = None
         if cfg.train:
-            trainer.fit(module, datamodule=datamodule, ckpt_path=checkpoint_to_resume(cfg))
+            trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from)
             # Read now: testing restores the callbacks' state as the best checkpoint saved it.
             best = _best_checkpoint(trainer)
             last_file = Path(cfg.paths.output_dir) / "checkpoints" / "last.ckpt"
@@ -131,6 +136,53 @@ def checkpoint_to_resume(cfg: DictConfig) -> str | None:
     if path and not Path(path).is_file():
         raise ValueError(f"checkpoint {path} does not exist: check ckpt_path or resume")
     return path
+
+
+def check_same_model(path: str, module: Any) -> None:
+    """A checkpoint to resume must be of the configured model and vocabularies."""
+    from seq2seq.checkpoint import load_checkpoint
+
+    saved = load_checkpoint(path)["hyper_parameters"]
+    for key, value in module.hparams["net"].items():
+        if saved.get("net", {}).get(key) != value:
+            raise ValueError(
+                f"{path} was trained with model.net.{key}={saved.get('net', {}).get(key)}, the "
+                f"config says {value}: resume with the config it was trained with (its run's "
+                ".hydra/config.yaml), or start a new run without ckpt_path/resume"
+            )
+    for side in ("src_vocab", "tgt_vocab"):
+        if saved.get(side) != module.hparams[side]:
+            raise ValueError(
+                f"{path} was trained on other data (its {side} differs from the configured "
+                "data's): resume with the data config it was trained with"
+            )
+
+
+def check_output_dir(output_dir: Path, module: Any) -> None:
+    """Fail before training, not at the first checkpoint, when checkpoints cannot be written."""
+    import shutil
+
+    try:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        probe = output_dir / f".write-test-{os.getpid()}"
+        probe.write_bytes(b"0")
+        probe.unlink()
+    except OSError as error:
+        raise ValueError(
+            f"cannot write to the output directory {output_dir} ({error.strerror or error}): "
+            "make it writable or choose another with hydra.run.dir=PATH"
+        ) from None
+    # A checkpoint holds the weights and AdamW's two moments; best and last are kept, and a
+    # third is written beside one of them before it replaces it.
+    weights = sum(p.numel() * p.element_size() for p in module.parameters())
+    need = 9 * weights + 16 * 2**20
+    free = shutil.disk_usage(output_dir).free
+    if free < need:
+        raise ValueError(
+            f"only {free / 2**20:.1f} MiB free on the disk of {output_dir}; its checkpoints "
+            f"need about {need / 2**20:.1f} MiB: free some space or choose another directory "
+            "with hydra.run.dir=PATH"
+        )
 
 
 def build_module(cfg: DictConfig, datamodule: Any) -> Any:
@@ -196,8 +248,54 @@ def _root_cause(error: BaseException) -> BaseException:
     return error
 
 
+def composition_error(overrides: list[str]) -> str | None:
+    """Hydra's own message for overrides it cannot compose, in one line; None if they compose.
+
+    Hydra reports these over several lines (with its search path); composing once up front
+    with the same overrides gives the same verdict with a message we can shape.
+    """
+    import hydra.errors
+    from hydra import compose, initialize_config_dir
+
+    try:
+        config_dir = str(Path(__file__).resolve().parent / "configs")
+        with initialize_config_dir(config_dir, version_base="1.3"):
+            compose("train", overrides=overrides)
+    except hydra.errors.MissingConfigException as error:
+        group, _, option = (error.missing_cfg_file or "").rpartition("/")
+        if error.options and group:
+            choices = ", ".join(error.options)
+            return f"{group}={option} is not an option of {group}; choose one of: {choices}"
+        return " ".join(str(error).split("Config search path")[0].split())
+    except hydra.errors.OverrideParseException as error:
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+
+        parser = OverridesParser.create()
+        bad = ""
+        for override in overrides:
+            try:
+                parser.parse_override(override)
+            except hydra.errors.OverrideParseException:
+                bad = override
+                break
+        first = str(error).splitlines()[0]
+        return f"cannot parse the override {bad!r}: {first} (see python train.py --help)"
+    except hydra.errors.ConfigCompositionException as error:
+        message = str(error)
+        if message.startswith("Could not override '"):
+            key = message.split("'")[1]
+            return (
+                f"{key} is not a setting of this config; check the spelling "
+                f"(python train.py --cfg job lists them), or add a new key with +{key}=..."
+            )
+        return " ".join(message.split())
+    return None
+
+
 @hydra.main(version_base="1.3", config_path="configs", config_name="train")
 def main(cfg: DictConfig) -> float | None:
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
+
     try:
         summary = train(cfg)
     except (ValueError, InstantiationException) as error:
@@ -205,9 +303,27 @@ def main(cfg: DictConfig) -> float | None:
             raise
         print(f"error: {_root_cause(error)}", file=sys.stderr)
         sys.exit(1)
+    except SIGTERMException:
+        sys.exit(128 + 15)  # as a process killed by SIGTERM; last.ckpt is saved (see the log)
     # A sweeper (e.g. Optuna) optimises the returned value.
     return summary["test"].get("test/exact_match")
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """`python train.py ...`: one line for overrides Hydra cannot compose, then Hydra's main.
+
+    Plain runs only: with Hydra's own flags (-m, --cfg, -cp, ...) or HYDRA_FULL_ERROR=1,
+    Hydra reports as it does.
+    """
+    args = sys.argv[1:]
+    plain = not any(arg.startswith("-") for arg in args)
+    if plain and args and os.environ.get("HYDRA_FULL_ERROR") != "1":
+        message = composition_error(args)
+        if message:
+            print(f"error: {message}", file=sys.stderr)
+            sys.exit(1)
     main()
+
+
+if __name__ == "__main__":
+    cli()

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from seq2seq import checks
 from seq2seq.attention import CrossAttention, KVCache, MultiHeadAttention
 
 __all__ = ["DecoderCache", "ModelConfig", "Seq2SeqTransformer"]
@@ -68,8 +69,7 @@ class ModelConfig:
                 f"got {self.d_model} and {self.num_heads}; set k_dim and v_dim or change "
                 "num_heads"
             )
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+        checks.number("dropout", self.dropout, low=0, high=1, high_open=True)
         if self.positional not in POSITIONAL_ENCODINGS:
             raise ValueError(
                 f"positional must be one of {POSITIONAL_ENCODINGS}, got {self.positional!r}"

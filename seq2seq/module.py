@@ -11,6 +11,7 @@ import functools
 import logging
 import math
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import lightning as L
@@ -22,6 +23,7 @@ from torchmetrics import MeanMetric, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
 from torchmetrics.text import CharErrorRate, CHRFScore, SacreBLEUScore
 
+from seq2seq import checks
 from seq2seq.data.tokenizer import tokenizer_from_dict
 from seq2seq.decoding import beam_search, greedy_decode, max_decode_length
 from seq2seq.model import ModelConfig, Seq2SeqTransformer
@@ -30,6 +32,39 @@ log = logging.getLogger(__name__)
 
 SCHEDULES = ("inverse_sqrt", "cosine", "constant")
 BLEU_TOKENIZERS = ("13a", "char", "intl", "none")
+NONFINITE_LOSS = ("stop", "skip")
+
+
+class NonFiniteLossError(ValueError):
+    """The training loss became NaN or infinite (on_nonfinite_loss=stop)."""
+
+
+def check_hyperparameters(hp: dict[str, Any]) -> None:
+    """One clear error for the first bad value (types included: `model.lr=abc` is a string)."""
+    checks.number("model.lr", hp["lr"], low=0, low_open=True)
+    betas = hp["betas"]
+    if not (
+        isinstance(betas, (list, tuple))
+        and len(betas) == 2
+        and all(isinstance(b, (int, float)) and 0 <= b < 1 for b in betas)
+    ):
+        raise ValueError(f"model.betas must be two numbers in [0, 1), got {list(betas)}")
+    checks.number("model.weight_decay", hp["weight_decay"], low=0)
+    checks.choice("model.schedule", hp["schedule"], SCHEDULES)
+    checks.integer("model.warmup_steps", hp["warmup_steps"], minimum=0)
+    checks.number("model.min_lr_ratio", hp["min_lr_ratio"], low=0, high=1)
+    checks.number("model.label_smoothing", hp["label_smoothing"], low=0, high=1, high_open=True)
+    checks.number("model.max_len_a", hp["max_len_a"], low=0)
+    checks.integer("model.max_len_b", hp["max_len_b"], minimum=0)
+    checks.integer("model.beam_size", hp["beam_size"], minimum=1)
+    checks.number("model.length_penalty", hp["length_penalty"])
+    checks.integer("model.log_examples", hp["log_examples"], minimum=0)
+    if hp["val_decode_limit"] is not None:
+        checks.integer("model.val_decode_limit", hp["val_decode_limit"], minimum=1)
+    checks.choice("model.bleu_tokenize", hp["bleu_tokenize"], BLEU_TOKENIZERS)
+    checks.choice("model.on_nonfinite_loss", hp["on_nonfinite_loss"], NONFINITE_LOSS)
+    if not isinstance(hp["net"], dict):
+        raise ValueError(f"model.net must be a mapping of ModelConfig fields, got {hp['net']!r}")
 
 
 def lr_lambda(
@@ -81,6 +116,9 @@ class Seq2SeqModule(L.LightningModule):
             loss and token accuracy cover it all, and the test set is always decoded whole.
         bleu_tokenize: sacreBLEU's tokenizer: 13a (its default), char (for targets of one
             word, such as number words, where word n-grams do not exist), intl, none.
+        on_nonfinite_loss: "stop": a NaN or infinite training loss stops the run with an error
+            naming the step, before the update, so the checkpoints on disk stay good; "skip":
+            leave that batch out (no update) and count it in the log.
     """
 
     def __init__(
@@ -103,25 +141,10 @@ class Seq2SeqModule(L.LightningModule):
         compile: bool = False,
         val_decode_limit: int | None = 1000,
         bleu_tokenize: str = "13a",
+        on_nonfinite_loss: str = "stop",
     ) -> None:
         super().__init__()
-        if schedule not in SCHEDULES:
-            raise ValueError(f"model.schedule must be one of {SCHEDULES}, got {schedule!r}")
-        for name, value in (("lr", lr), ("warmup_steps", warmup_steps + 1)):
-            if value <= 0:
-                raise ValueError(f"model.{name} must be positive, got {value}")
-        if beam_size < 1:
-            raise ValueError(f"model.beam_size must be at least 1, got {beam_size}")
-        if val_decode_limit is not None and val_decode_limit < 1:
-            raise ValueError(
-                f"model.val_decode_limit must be at least 1 (or null: all), got {val_decode_limit}"
-            )
-        if bleu_tokenize not in BLEU_TOKENIZERS:
-            raise ValueError(
-                f"model.bleu_tokenize must be one of {BLEU_TOKENIZERS}, got {bleu_tokenize!r}"
-            )
-        if not 0.0 <= label_smoothing < 1.0:
-            raise ValueError(f"model.label_smoothing must be in [0, 1), got {label_smoothing}")
+        check_hyperparameters(locals())
         self.save_hyperparameters()
         self.src_vocab = tokenizer_from_dict(src_vocab)
         self.tgt_vocab = tokenizer_from_dict(tgt_vocab)
@@ -182,18 +205,46 @@ class Seq2SeqModule(L.LightningModule):
         )
         return loss, logits
 
+    def _non_finite(self, loss: Tensor) -> None:
+        """Stop before the bad update reaches the weights, or leave the batch out.
+
+        Returning None from training_step makes Lightning skip backward and the optimizer step.
+        """
+        step = self.global_step
+        if self.hparams.on_nonfinite_loss == "skip":
+            self._skipped = getattr(self, "_skipped", 0) + 1
+            log.warning("non-finite loss (%s) at step %d: batch skipped", loss.item(), step)
+            return None
+        last = Path(self.trainer.default_root_dir) / "checkpoints" / "last.ckpt"
+        kept = f"the last good checkpoint is {last}" if last.is_file() else "no checkpoint yet"
+        raise NonFiniteLossError(
+            f"non-finite loss ({loss.item()}) at step {step}: training stopped before that "
+            f"update; {kept}. Lower model.lr, raise model.warmup_steps, or set "
+            "model.on_nonfinite_loss=skip"
+        )
+
+    def on_train_end(self) -> None:
+        if getattr(self, "_skipped", 0):
+            log.warning("skipped %d batches with a non-finite loss", self._skipped)
+
     def _update(self, stage: str, batch: dict[str, Tensor]) -> Tensor:
         loss, logits = self.model_step(batch)
+        self._record(stage, batch, loss, logits)
+        return loss
+
+    def _record(self, stage: str, batch: dict[str, Tensor], loss: Tensor, logits: Tensor) -> None:
         metrics = self._stage_metrics(stage)
         n_tokens = (batch["labels"] != self.tgt_vocab.pad_id).sum()
         metrics[f"{stage}/loss"].update(loss.detach(), weight=n_tokens)
         metrics[f"{stage}/token_acc"].update(
             logits.detach().flatten(0, 1), batch["labels"].flatten()
         )
-        return loss
 
-    def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
-        loss = self._update("train", batch)
+    def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor | None:
+        loss, logits = self.model_step(batch)
+        if not torch.isfinite(loss):
+            return self._non_finite(loss)
+        self._record("train", batch, loss, logits)
         pad = self.tgt_vocab.pad_id
         positions = batch["src"].numel() + batch["tgt_in"].numel()
         padded = (batch["src"] == pad).sum() + (batch["tgt_in"] == pad).sum()

@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 
 from seq2seq.checkpoint import load_module
-from seq2seq.data.tokenizer import clean
+from seq2seq.data.tokenizer import clean, decode_line
 from seq2seq.decoding import beam_search, greedy_decode, max_decode_length, sample_decode
 
 
@@ -65,12 +65,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 def read_inputs(args: argparse.Namespace) -> list[str]:
+    """The input lines; bytes that are not UTF-8 fail naming the file (or stdin) and line."""
     if args.texts:
         return list(args.texts)
     if args.input and args.input != "-":
-        with open(args.input, encoding="utf-8") as f:
-            return f.read().splitlines()
-    return sys.stdin.read().splitlines()
+        with open(args.input, "rb") as f:
+            raw, source = f.read(), args.input
+    else:
+        raw, source = sys.stdin.buffer.read(), "standard input"
+    return [decode_line(line, source, n) for n, line in enumerate(raw.splitlines(), 1)]
 
 
 def encode_inputs(lines: list[str], vocab, max_positions: int, truncate: bool) -> list[Encoded]:

@@ -33,7 +33,8 @@ from urllib.parse import urlparse
 
 from datasets import Dataset, DatasetDict
 
-from seq2seq.data.tokenizer import clean
+from seq2seq import checks
+from seq2seq.data.tokenizer import clean, decode_line
 
 log = logging.getLogger(__name__)
 
@@ -71,8 +72,7 @@ def _from_generator(generator: Callable, cache_dir: Path, **gen_kwargs: Any) -> 
 def check_sizes(population: int, train_size: int, val_size: int, test_size: int, what: str):
     sizes = {"train_size": train_size, "val_size": val_size, "test_size": test_size}
     for name, size in sizes.items():
-        if size <= 0:
-            raise ValueError(f"data.corpus.{name} must be a positive integer, got {size}")
+        checks.integer(f"data.corpus.{name}", size, minimum=1)
     if val_size + test_size > population // 2:
         raise ValueError(
             f"data.corpus.val_size + test_size = {val_size + test_size} exceeds half of the "
@@ -276,15 +276,7 @@ def read_lines(path: Path) -> Iterator[str]:
     """The lines of a UTF-8 text file (or .gz), without line ends; bad bytes name the line."""
     with _open_binary(path) as f:
         for number, raw in enumerate(f, 1):
-            try:
-                line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
-            except UnicodeDecodeError as error:
-                raise ValueError(
-                    f"{path} line {number} is not valid UTF-8 (byte "
-                    f"{raw[error.start]:#04x} at column {error.start + 1}); convert the file, "
-                    f"e.g. iconv -f latin1 -t utf-8"
-                ) from None
-            yield line.rstrip("\r\n")
+            yield decode_line(raw, str(path), number)
 
 
 def _count_lines(lines: Iterator[str]) -> int:

@@ -18,6 +18,7 @@ from datasets import Dataset, DatasetDict
 from torch import Tensor
 from torchdata.stateful_dataloader import StatefulDataLoader
 
+from seq2seq import checks
 from seq2seq.data.batching import BucketBatchSampler, EpochShuffle, InOrder
 from seq2seq.data.synthetic import SPLITS, check_held_out, check_task, generate
 from seq2seq.data.tokenizer import Tokenizer
@@ -92,14 +93,11 @@ class Seq2SeqDataModule(L.LightningDataModule):
         pool_batches: int = 50,
     ) -> None:
         super().__init__()
-        if batch_size <= 0:
-            raise ValueError(f"data.batch_size must be a positive integer, got {batch_size}")
-        if num_workers < 0:
-            raise ValueError(f"data.num_workers must be 0 or more, got {num_workers}")
-        if max_tokens is not None and max_tokens <= 0:
-            raise ValueError(f"data.max_tokens must be positive (or null), got {max_tokens}")
-        if pool_batches <= 0:
-            raise ValueError(f"data.pool_batches must be positive, got {pool_batches}")
+        checks.integer("data.batch_size", batch_size, minimum=1)
+        checks.integer("data.num_workers", num_workers, minimum=0)
+        if max_tokens is not None:
+            checks.integer("data.max_tokens", max_tokens, minimum=1)
+        checks.integer("data.pool_batches", pool_batches, minimum=1)
         self.batch_size = batch_size
         self.num_workers = num_workers
         self.data_dir = Path(data_dir)
@@ -216,11 +214,11 @@ class SyntheticDataModule(Seq2SeqDataModule):
         super().__init__(
             batch_size, num_workers, data_dir, pin_memory, bucket, max_tokens, pool_batches
         )
-        check_task(task, num_symbols, min_len, max_len)
         sizes = {"train_size": train_size, "val_size": val_size, "test_size": test_size}
+        sizes |= {"num_symbols": num_symbols, "min_len": min_len, "max_len": max_len}
         for name, size in sizes.items():
-            if size <= 0:
-                raise ValueError(f"data.{name} must be a positive integer, got {size}")
+            checks.integer(f"data.{name}", size, minimum=1)
+        check_task(task, num_symbols, min_len, max_len)
         check_held_out(num_symbols, min_len, max_len, val_size + test_size)
         self.task = task
         self.generator_kwargs = dict(

@@ -24,6 +24,19 @@ from seq2seq.data.vocab import SPECIALS, UNK, CharVocabulary, Vocabulary, strip_
 KINDS = ("char", "word", "bpe")
 
 
+def decode_line(raw: bytes, source: str, number: int) -> str:
+    """One line of UTF-8 bytes as text, without its line end; bad bytes fail naming the
+    source, the line and the byte."""
+    try:
+        line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
+    except UnicodeDecodeError as error:
+        raise ValueError(
+            f"{source} line {number} is not valid UTF-8 (byte {raw[error.start]:#04x} at column "
+            f"{error.start + 1}); convert it, e.g. iconv -f latin1 -t utf-8"
+        ) from None
+    return line.rstrip("\r\n")
+
+
 def clean(text: str) -> str:
     """What every text goes through before tokenizing, in training and in translate: NFC
     normalisation ("Ko\u0308ln" and "Köln" become the same characters) and stripping."""

@@ -18,6 +18,7 @@ from typing import Any
 
 from datasets import DatasetDict
 
+from seq2seq import checks
 from seq2seq.data.corpora import SPLITS
 from seq2seq.data.datamodule import Seq2SeqDataModule
 from seq2seq.data.tokenizer import Tokenizer, fit_tokenizer, load_tokenizer, save_tokenizer
@@ -73,16 +74,14 @@ class TranslationDataModule(Seq2SeqDataModule):
         super().__init__(
             batch_size, num_workers, data_dir, pin_memory, bucket, max_tokens, pool_batches
         )
-        if max_length <= 0:
-            raise ValueError(f"data.max_length must be a positive integer, got {max_length}")
+        checks.integer("data.max_length", max_length, minimum=1)
         if max_tokens is not None and max_tokens < max_length + 1:
             raise ValueError(
                 f"data.max_tokens={max_tokens} cannot hold one pair of max_length={max_length} "
                 f"tokens (plus <eos>): raise it to at least {max_length + 1}"
             )
         for name, size in (("val_size", val_size), ("test_size", test_size)):
-            if size <= 0:
-                raise ValueError(f"data.{name} must be a positive integer, got {size}")
+            checks.integer(f"data.{name}", size, minimum=1)
         known = {"kind", "vocab_size", "min_frequency", "shared"}
         unknown = sorted(set(tokenizer) - known)
         if unknown:

@@ -1,0 +1,64 @@
+"""Checks of configuration values that fail with one line naming the setting and the fix.
+
+Hydra hands values through as the YAML or the command line wrote them, so `model.lr=abc`
+arrives as the string "abc"; these turn such values into a ValueError that says which
+setting, what it got and what it needs, before any work starts.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+
+def _describe(value: Any) -> str:
+    return repr(value) if isinstance(value, str) else str(value)
+
+
+def integer(name: str, value: Any, minimum: int | None = None) -> int:
+    """value as an int (bools and fractions refused), at least minimum."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        need = "an integer" if minimum is None else f"an integer >= {minimum}"
+        raise ValueError(f"{name} must be {need}, got {_describe(value)}")
+    if minimum is not None and value < minimum:
+        need = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+        raise ValueError(f"{name} must be {need}, got {value}")
+    return value
+
+
+def number(
+    name: str,
+    value: Any,
+    low: float | None = None,
+    high: float | None = None,
+    low_open: bool = False,
+    high_open: bool = False,
+) -> float:
+    """value as a finite float within [low, high] (or open at either end)."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if ok:
+        value = float(value)
+        ok = math.isfinite(value)
+        if ok and low is not None:
+            ok = value > low if low_open else value >= low
+        if ok and high is not None:
+            ok = value < high if high_open else value <= high
+    if not ok:
+        if low == 0 and low_open and high is None:
+            need = "a positive number"
+        else:
+            left = "(" if low_open else "["
+            right = ")" if high_open else "]"
+            lo = "-inf" if low is None else f"{low:g}"
+            hi = "inf" if high is None else f"{high:g}"
+            need = f"a number in {left}{lo}, {hi}{right}"
+        raise ValueError(f"{name} must be {need}, got {_describe(value)}")
+    return value
+
+
+def choice(name: str, value: Any, options: tuple[Any, ...]) -> Any:
+    if value not in options:
+        raise ValueError(
+            f"{name} must be one of {', '.join(map(str, options))}, got {_describe(value)}"
+        )
+    return value

@@ -1,0 +1,265 @@
+"""Bad input, one table per kind: each row is what a user does, the exit code (or error) it must
+give, and a fragment of the one-line message. And faults: a non-finite loss, SIGTERM and Ctrl-C,
+an unwritable output directory or a full disk. (Broken checkpoints: test_cli.py; a SIGKILL
+during a checkpoint write: test_resume.py.)"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import ROOT, compose_train
+
+from seq2seq import translate as translate_cli
+from train import _root_cause, train
+
+SMALL = ["data.train_size=256", "data.val_size=32", "data.test_size=32", "logger=none"]
+
+
+def run_train(cwd: Path, *overrides: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    cwd.mkdir(parents=True, exist_ok=True)
+    return subprocess.run(
+        [sys.executable, str(ROOT / "train.py"), *overrides],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+# --- the command line: composition errors are one line too ------------------------------------
+
+CLI_ROWS = [
+    (["model=hueg"], "model=hueg is not an option of model; choose one of: base, small, tiny"),
+    (["experiment=nope"], "experiment=nope is not an option of experiment; choose one of:"),
+    (["model.lrr=1"], "model.lrr is not a setting"),
+    (["model.lr=abc"], "model.lr must be a positive number, got 'abc'"),
+    (["data.batch_size=0"], "data.batch_size must be a positive integer, got 0"),
+    (["trainer.max_epochs=[1"], "cannot parse the override 'trainer.max_epochs=[1'"),
+]
+
+
+@pytest.mark.parametrize(("overrides", "message"), CLI_ROWS)
+def test_bad_command_lines_fail_with_one_line(
+    overrides: list[str], message: str, tmp_path: Path
+) -> None:
+    result = run_train(tmp_path, *overrides, "logger=none")
+    assert result.returncode == 1, result.stderr[-2000:]
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr[-2000:]
+    assert message in lines[0]
+    assert not (tmp_path / "outputs").exists() or not any((tmp_path / "outputs").rglob("*.ckpt"))
+
+
+def test_hydra_full_error_shows_the_traceback(tmp_path: Path) -> None:
+    import os
+
+    env = {**os.environ, "HYDRA_FULL_ERROR": "1"}
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "train.py"), "model.lr=abc", "logger=none"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env,
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert "Traceback" in result.stderr and "model.lr must be a positive number" in result.stderr
+
+
+# --- config values: checked before any training ----------------------------------------------
+
+CONFIG_ROWS = [
+    (["model.lr=-1"], "model.lr must be a positive number, got -1"),
+    (["model.warmup_steps=abc"], "model.warmup_steps must be an integer >= 0, got 'abc'"),
+    (["model.label_smoothing=1.5"], "model.label_smoothing must be a number in [0, 1), got 1.5"),
+    (["model.weight_decay=x"], "model.weight_decay must be a number in [0, inf], got 'x'"),
+    (["model.betas=[0.9]"], "model.betas must be two numbers in [0, 1), got [0.9]"),
+    (["model.schedule=linear"], "model.schedule must be one of inverse_sqrt, cosine, constant"),
+    (["model.beam_size=0"], "model.beam_size must be a positive integer, got 0"),
+    (["model.net.num_heads=0"], "num_heads must be a positive integer, got 0"),
+    (["model.net.d_model=30"], "d_model must be divisible by num_heads"),
+    (["model.net.dropout=high"], "dropout must be a number in [0, 1), got 'high'"),
+    (["model.net.max_positions=8"], "model.net.max_positions=8 is below the 11 positions"),
+    (["data.batch_size=abc"], "data.batch_size must be a positive integer, got 'abc'"),
+    (["data.num_workers=-1"], "data.num_workers must be an integer >= 0, got -1"),
+    (["data.num_symbols=1"], "num_symbols must be at least 2, got 1"),
+    (["data.task=hueg"], "unknown task 'hueg'"),
+    (["data=numbers", "data.tokenizer.kind=chars"], "data.tokenizer.kind must be one of"),
+    (["data=numbers", "data.corpus.src_lang=xx"], "src_lang='xx' is not a num2words language"),
+    (["data=parallel_files"], "data.corpus.train needs files"),
+    (["data=parallel_files", "data.corpus.train.file=/no/such.tsv"], "does not exist"),
+    (["data=dates", "data.tokenizer.vocab_size=3"], "vocab_size must exceed the 4 special"),
+]
+
+
+@pytest.mark.parametrize(("overrides", "message"), CONFIG_ROWS)
+def test_bad_config_values_fail_before_training(
+    overrides: list[str], message: str, tmp_path: Path, data_dir: Path
+) -> None:
+    cfg = compose_train(tmp_path, data_dir, [*SMALL, *overrides])
+    with pytest.raises(Exception) as info:
+        train(cfg)
+    error = _root_cause(info.value)
+    assert isinstance(error, ValueError), repr(error)
+    assert message in str(error)
+    assert "\n" not in str(error)
+    assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+# --- checkpoints of another model or another task ----------------------------------------------
+
+
+def test_resuming_with_another_model_config_fails_clearly(
+    trained, tmp_path: Path, data_dir: Path
+) -> None:
+    summary, _ = trained
+    cfg = compose_train(
+        tmp_path, data_dir, [*SMALL, "model=small", f"ckpt_path={summary['last_checkpoint']}"]
+    )
+    with pytest.raises(ValueError, match=r"was trained with model\.net\.d_model=64.*256"):
+        train(cfg)
+
+
+def test_evaluating_with_another_task_fails_clearly(trained, tmp_path: Path, data_dir: Path):
+    summary, _ = trained
+    overrides = ["train=false", f"ckpt_path={summary['best_checkpoint']}", "data=numbers"]
+    overrides += ["data.corpus.train_size=256", "data.corpus.val_size=32"]
+    cfg = compose_train(tmp_path, data_dir, [*overrides, "data.corpus.test_size=32"])
+    with pytest.raises(ValueError, match="differs from the configured data's"):
+        train(cfg)
+
+
+# --- translate's input -------------------------------------------------------------------------
+
+TRANSLATE_ROWS = [
+    # (stdin bytes, exit code, stdout lines, stderr fragment)
+    (b"", 0, [], ""),
+    (b"\n   \n", 0, ["", ""], ""),
+    (b"1 2 zz 3\n", 0, None, "input line 1: 1 unknown token(s) mapped to <unk>"),
+    (b"1 " * 100 + b"\n", 1, [], "input line 1 has 100 tokens, more than the model's 64"),
+    (b"1 2\n\xff\xfe\x00junk\n", 1, [], "standard input line 2 is not valid UTF-8"),
+]
+
+
+@pytest.mark.parametrize(("stdin", "code", "lines", "message"), TRANSLATE_ROWS)
+def test_translate_input_table(
+    trained, stdin: bytes, code: int, lines, message: str, monkeypatch, capsys
+) -> None:
+    import io
+
+    summary, _ = trained
+    fake = io.TextIOWrapper(io.BytesIO(stdin), encoding="utf-8")
+    monkeypatch.setattr(sys, "stdin", fake)
+    assert translate_cli.main(["--ckpt", summary["best_checkpoint"]]) == code
+    out, err = capsys.readouterr()
+    if lines is not None:
+        assert out.splitlines() == lines
+    assert message in err
+    if code:
+        assert len(err.strip().splitlines()) == 1 and err.startswith("error: ")
+
+
+def test_translate_input_file_with_bad_bytes_names_the_file(trained, tmp_path: Path, capsys):
+    summary, _ = trained
+    path = tmp_path / "in.txt"
+    path.write_bytes(b"1 2\n3 \xe9\n")
+    assert translate_cli.main(["--ckpt", summary["best_checkpoint"], "--input", str(path)]) == 1
+    assert f"{path} line 2 is not valid UTF-8" in capsys.readouterr().err
+
+
+# --- faults: nothing is lost -------------------------------------------------------------------
+
+
+def poison_loss_at(monkeypatch: pytest.MonkeyPatch, step: int) -> None:
+    """From optimizer step `step` on, the loss is NaN (as after an overflow)."""
+    from seq2seq.module import Seq2SeqModule
+
+    original = Seq2SeqModule.model_step
+
+    def model_step(self, batch):
+        loss, logits = original(self, batch)
+        if self.training and self.global_step >= step:
+            loss = loss * float("nan")
+        return loss, logits
+
+    monkeypatch.setattr(Seq2SeqModule, "model_step", model_step)
+
+
+def test_a_non_finite_loss_stops_training_and_keeps_the_last_good_checkpoint(
+    tmp_path: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    poison_loss_at(monkeypatch, 12)
+    overrides = [*SMALL, "data.batch_size=16", "callbacks.step_checkpoint.every_n_train_steps=5"]
+    cfg = compose_train(tmp_path, data_dir, overrides)
+    with pytest.raises(ValueError, match=r"non-finite loss \(nan\) at step 12.* last good"):
+        train(cfg)
+    last = torch.load(tmp_path / "run" / "checkpoints" / "last.ckpt", weights_only=True)
+    assert last["global_step"] == 10
+    assert all(torch.isfinite(t).all() for t in last["state_dict"].values())
+
+
+def test_non_finite_losses_can_be_skipped_by_config(
+    tmp_path: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch, caplog
+) -> None:
+    poison_loss_at(monkeypatch, 12)
+    overrides = [*SMALL, "data.batch_size=16", "trainer.max_epochs=1"]
+    cfg = compose_train(tmp_path, data_dir, [*overrides, "model.on_nonfinite_loss=skip"])
+    summary = train(cfg)
+    assert "skipped 4 batches with a non-finite loss" in caplog.text
+    state = torch.load(summary["last_checkpoint"], weights_only=True)["state_dict"]
+    assert all(torch.isfinite(t).all() for t in state.values())
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "Ctrl-C"])
+def test_a_signal_saves_a_last_checkpoint_that_resumes(
+    sig: signal.Signals, tmp_path: Path, data_dir: Path
+) -> None:
+    # 2000 examples in batches of 16: 125 steps an epoch, 375 in all; last.ckpt every 20 steps.
+    run = ["data.train_size=2000", "data.batch_size=16", "trainer.max_epochs=3", "logger=none"]
+    run += ["callbacks.step_checkpoint.every_n_train_steps=20", f"paths.data_dir={data_dir}"]
+    process = subprocess.Popen(
+        [sys.executable, str(ROOT / "train.py"), *run],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    runs = tmp_path / "outputs" / "train" / "runs"
+    deadline = time.monotonic() + 120
+    while not list(runs.glob("*/checkpoints/last.ckpt")) and time.monotonic() < deadline:
+        time.sleep(0.05)  # training is under way once the first periodic checkpoint exists
+    time.sleep(0.3)
+    process.send_signal(sig)
+    output = process.communicate(timeout=120)[0]
+    assert process.returncode == (128 + 15 if sig == signal.SIGTERM else 1), output[-3000:]
+    (run_dir,) = runs.iterdir()
+    step = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)["global_step"]
+    name = "SIGTERM" if sig == signal.SIGTERM else "Ctrl-C"
+    assert f"{name} at step {step}: saved" in output, output[-3000:]
+    assert f"resume with: python train.py resume={run_dir}" in output
+    assert 20 <= step < 375
+    resumed = run_train(tmp_path, *run, f"resume={run_dir}", timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert torch.load(summary["last_checkpoint"], weights_only=True)["global_step"] == 375
+
+
+def test_an_unwritable_output_directory_fails_before_training(tmp_path: Path, data_dir: Path):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a directory")
+    cfg = compose_train(tmp_path, data_dir, SMALL)
+    cfg.paths.output_dir = str(blocker / "run")
+    with pytest.raises(ValueError, match=r"cannot write to the output directory .*a_file/run"):
+        train(cfg)
+
+
+def test_a_full_disk_fails_before_training(
+    tmp_path: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import shutil
+
+    usage = shutil.disk_usage(tmp_path)
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage._replace(free=1000))
+    with pytest.raises(ValueError, match=r"only 0\.0 MiB free .* checkpoints need about"):
+        train(compose_train(tmp_path, data_dir, SMALL))
+    assert not (tmp_path / "run" / "checkpoints").exists()
