@@ -75,6 +75,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         # root logger Hydra set up: without this every Lightning line would print twice.
         logging.getLogger("lightning").handlers.clear()
     L.seed_everything(cfg.seed, workers=True)
+    check_model_config(cfg.model)  # before the data is made: bad values fail at once
 
     log.info("Instantiating data <%s>", cfg.data._target_)
     datamodule = instantiate(cfg.data)
@@ -136,6 +137,21 @@ def checkpoint_to_resume(cfg: DictConfig) -> str | None:
     if path and not Path(path).is_file():
         raise ValueError(f"checkpoint {path} does not exist: check ckpt_path or resume")
     return path
+
+
+def check_model_config(model: DictConfig) -> None:
+    """The module's and the model's checks, on the config alone (vocabulary sizes aside)."""
+    import inspect
+
+    from seq2seq.model import ModelConfig
+    from seq2seq.module import Seq2SeqModule, check_hyperparameters
+
+    given = OmegaConf.to_container(model, resolve=True)
+    parameters = inspect.signature(Seq2SeqModule.__init__).parameters
+    values = {k: p.default for k, p in parameters.items() if p.default is not p.empty}
+    values.update({k: v for k, v in given.items() if not k.startswith("_")})
+    check_hyperparameters(values)
+    ModelConfig(src_vocab_size=8, tgt_vocab_size=8, **values["net"])
 
 
 def check_same_model(path: str, module: Any) -> None:
@@ -275,7 +291,7 @@ def composition_error(overrides: list[str]) -> str | None:
         for override in overrides:
             try:
                 parser.parse_override(override)
-            except hydra.errors.OverrideParseException:
+            except hydra.errors.HydraException:
                 bad = override
                 break
         first = str(error).splitlines()[0]

@@ -17,11 +17,12 @@ def _describe(value: Any) -> str:
 
 def integer(name: str, value: Any, minimum: int | None = None) -> int:
     """value as an int (bools and fractions refused), at least minimum."""
+    need = "an integer" if minimum is None else f"an integer >= {minimum}"
+    if minimum == 1:
+        need = "a positive integer"
     if isinstance(value, bool) or not isinstance(value, int):
-        need = "an integer" if minimum is None else f"an integer >= {minimum}"
         raise ValueError(f"{name} must be {need}, got {_describe(value)}")
     if minimum is not None and value < minimum:
-        need = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
         raise ValueError(f"{name} must be {need}, got {value}")
     return value
 

@@ -168,6 +168,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--attention", metavar="TEXT", help="draw attention while decoding TEXT")
     parser.add_argument("--out", default="attention.png", help="where --attention writes")
     parser.add_argument("--diff", action="store_true", help="compare two checkpoints")
+    parser.add_argument("--debug", action="store_true", help="show an error's traceback")
     args = parser.parse_args(argv)
     if args.diff != (len(args.checkpoints) == 2) or len(args.checkpoints) > 2:
         parser.error("give one checkpoint, or two with --diff")
@@ -182,6 +183,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             print_report(report(args.checkpoints[0]))
     except (ValueError, OSError) as error:  # CheckpointError is a ValueError
+        if args.debug:
+            raise
         print(f"error: {error}", file=sys.stderr)
         return 1
     return 0

@@ -56,6 +56,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--truncate", action="store_true", help="cut inputs longer than the model accepts"
     )
+    parser.add_argument("--debug", action="store_true", help="show an error's traceback")
     args = parser.parse_args(argv)
     if args.sample and (args.beam > 1 or args.n_best > 1):
         parser.error("--sample draws one output per input: drop --beam and --n-best")
@@ -159,6 +160,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             for line in translate(args):
                 print(line)
     except (ValueError, OSError) as error:  # CheckpointError is a ValueError
+        if args.debug:
+            raise
         print(f"error: {error}", file=sys.stderr)
         return 1
     return 0
