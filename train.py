@@ -276,7 +276,8 @@ def composition_error(overrides: list[str]) -> str | None:
     try:
         config_dir = str(Path(__file__).resolve().parent / "configs")
         with initialize_config_dir(config_dir, version_base="1.3"):
-            compose("train", overrides=overrides)
+            cfg = compose("train", overrides=overrides, return_hydra_config=True)
+        return unwritable(Path(OmegaConf.select(cfg, "hydra.run.dir")))
     except hydra.errors.MissingConfigException as error:
         group, _, option = (error.missing_cfg_file or "").rpartition("/")
         if error.options and group:
@@ -305,6 +306,21 @@ def composition_error(overrides: list[str]) -> str | None:
                 f"(python train.py --cfg job lists them), or add a new key with +{key}=..."
             )
         return " ".join(message.split())
+    except Exception:  # a run directory only Hydra itself can resolve: Hydra will judge it
+        return None
+
+
+def unwritable(run_dir: Path) -> str | None:
+    """Why Hydra could not create the run directory (it would fail with a traceback)."""
+    parent = run_dir
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        reason = "not a directory" if not parent.is_dir() else "not writable"
+        return (
+            f"cannot write to the output directory {run_dir} ({parent} is {reason}): "
+            "choose another with hydra.run.dir=PATH"
+        )
     return None
 
 

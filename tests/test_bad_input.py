@@ -42,6 +42,7 @@ CLI_ROWS = [
     (["model.lr=abc"], "model.lr must be a positive number, got 'abc'"),
     (["data.batch_size=0"], "data.batch_size must be a positive integer, got 0"),
     (["trainer.max_epochs=[1"], "cannot parse the override 'trainer.max_epochs=[1'"),
+    (["hydra.run.dir=/dev/null/run"], "cannot write to the output directory /dev/null/run"),
 ]
 
 
