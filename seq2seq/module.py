@@ -169,7 +169,10 @@ class Seq2SeqModule(L.LightningModule):
         metrics = {
             "loss": MeanMetric(),
             "token_acc": MulticlassAccuracy(
-                len(self.tgt_vocab), average="micro", ignore_index=self.tgt_vocab.pad_id
+                len(self.tgt_vocab),
+                average="micro",
+                ignore_index=self.tgt_vocab.pad_id,
+                validate_args=False,
             ),
         }
         if stage == "train":
