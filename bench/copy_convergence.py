@@ -3,6 +3,7 @@ stays there, for our default recipe and for the Annotated Transformer's copy-tas
 
     python bench/copy_convergence.py                 # 3 seeds each (2 CPU cores: ~25 minutes)
     python bench/copy_convergence.py --seeds 0 --eval-every 50
+    python bench/copy_convergence.py --runs ours model.lr=1e-2   # try another recipe
 
 Ours: `python train.py`'s config (copy, 1-10 symbols of 10, 10,000 training sequences, the
 tiny model, 6 epochs), trained by Lightning; its 1,000 held-out test sequences are decoded
@@ -47,7 +48,9 @@ def reached(history: list[tuple[int, float, float]]) -> tuple[int, float] | None
 # --- ours ----------------------------------------------------------------------------------
 
 
-def ours(seed: int, every: int, data_dir: str) -> list[tuple[int, float, float]]:
+def ours(
+    seed: int, every: int, data_dir: str, overrides: list[str]
+) -> list[tuple[int, float, float]]:
     import lightning as L
     from hydra import compose, initialize_config_dir
     from hydra.core.hydra_config import HydraConfig
@@ -58,7 +61,7 @@ def ours(seed: int, every: int, data_dir: str) -> list[tuple[int, float, float]]
     from train import build_module
 
     with initialize_config_dir(str(ROOT / "configs"), version_base="1.3"):
-        cfg = compose("train", overrides=[f"seed={seed}"], return_hydra_config=True)
+        cfg = compose("train", overrides=[f"seed={seed}", *overrides], return_hydra_config=True)
     HydraConfig.instance().set_config(cfg)  # the config's ${hydra:...} values need it
     with open_dict(cfg):
         cfg.data.data_dir = data_dir
@@ -92,7 +95,8 @@ def ours(seed: int, every: int, data_dir: str) -> list[tuple[int, float, float]]
                 history.append((step, self.trained, sum(hits) / 1000))
 
     trainer = L.Trainer(
-        accelerator="cpu", devices=1, max_epochs=cfg.trainer.max_epochs, logger=False,
+        accelerator="cpu", devices=1, max_epochs=cfg.trainer.max_epochs,
+        max_steps=cfg.trainer.max_steps, logger=False,
         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
         gradient_clip_val=cfg.trainer.gradient_clip_val, limit_val_batches=0,
         num_sanity_val_steps=0, callbacks=[Evaluate()],
@@ -185,16 +189,25 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--eval-every", type=int, default=25, help="our steps between evals")
     parser.add_argument("--eval-every-baseline", type=int, default=20)
+    parser.add_argument("--runs", choices=["both", "ours", "baseline"], default="both")
+    parser.add_argument(
+        "overrides", nargs="*", help="Hydra overrides for ours, e.g. model.lr=1e-2 (default: none)"
+    )
     args = parser.parse_args()
     import logging
 
     logging.getLogger("lightning").setLevel(logging.WARNING)
     data_dir = str(ROOT / "data")
     rows = []
+    ours_name = " ".join(["ours (python train.py", *args.overrides]) + ")"
     for name, run in (
-        ("ours (python train.py)", lambda s: ours(s, args.eval_every, data_dir)),
+        (ours_name, lambda s: ours(s, args.eval_every, data_dir, args.overrides)),
         ("nn.Transformer, Annotated settings", lambda s: baseline(s, args.eval_every_baseline)),
     ):
+        if args.runs != "both" and not name.startswith(
+            {"ours": "ours", "baseline": "nn."}[args.runs]
+        ):
+            continue
         for seed in args.seeds:
             history = run(seed)
             hit = reached(history)

