@@ -34,6 +34,8 @@ sys.path.insert(0, str(ROOT))
 
 from common import environment, print_table  # noqa: E402
 
+from seq2seq.model import SinusoidalPositions  # noqa: E402
+
 
 def reached(history: list[tuple[int, float, float]]) -> tuple[int, float] | None:
     """(step, training seconds) of the first evaluation from which exact match stays 1.0."""
@@ -113,11 +115,7 @@ class Baseline(nn.Module):
         super().__init__()
         self.src_embed = nn.Embedding(vocab, d)
         self.tgt_embed = nn.Embedding(vocab, d)
-        position = torch.arange(64).unsqueeze(1)
-        div = torch.exp(torch.arange(0, d, 2) * (-math.log(10000.0) / d))
-        table = torch.zeros(64, d)
-        table[:, 0::2], table[:, 1::2] = torch.sin(position * div), torch.cos(position * div)
-        self.register_buffer("positions", table)
+        self.positions = SinusoidalPositions(64, d)  # the paper's table, as ours uses
         self.drop = nn.Dropout(0.1)
         self.transformer = nn.Transformer(d, heads, 2, 2, d_ff, 0.1, batch_first=True,
                                           norm_first=True)  # fmt: skip
@@ -128,7 +126,7 @@ class Baseline(nn.Module):
                 nn.init.xavier_uniform_(p)
 
     def embed(self, table: nn.Embedding, ids: Tensor) -> Tensor:
-        return self.drop(table(ids) * self.scale + self.positions[: ids.size(1)])
+        return self.drop(table(ids) * self.scale + self.positions(ids.size(1)))
 
     def forward(self, src: Tensor, tgt: Tensor) -> Tensor:
         causal = nn.Transformer.generate_square_subsequent_mask(tgt.size(1))

@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 HERE = Path(__file__).resolve().parent
 MARK = "STARTUP-PROBE "
 
-try:
+if __name__ != "__main__":  # only train.py's process imports the probe; the launcher needs none
     import lightning as L
 
     class FirstStep(L.Callback):
@@ -45,9 +45,6 @@ try:
             self.times["first_batch"] = time.time()
             print("\n" + MARK + json.dumps(self.times), flush=True)  # after the progress bar
             os._exit(0)  # nothing after the first step is measured; skip the rest of the run
-
-except ImportError:  # the launcher side needs no lightning
-    pass
 
 
 def seconds_to_run(argv: list[str], env: dict[str, str]) -> tuple[float, dict[str, float]]:

@@ -36,6 +36,8 @@ sys.path.insert(0, str(ROOT))
 
 from common import environment, print_table, sync  # noqa: E402
 
+from seq2seq.model import SinusoidalPositions  # noqa: E402
+
 SIZES = {  # the net sections of configs/model/{tiny,small}.yaml
     "tiny": dict(d_model=64, num_heads=4, d_ff=256, layers=2, dropout=0.0, smoothing=0.0),
     "small": dict(d_model=256, num_heads=8, d_ff=1024, layers=3, dropout=0.1, smoothing=0.1),
@@ -52,11 +54,7 @@ class Baseline(nn.Module):
         d = size["d_model"]
         self.src_embed = nn.Embedding(VOCAB, d, padding_idx=0)
         self.tgt_embed = nn.Embedding(VOCAB, d, padding_idx=0)
-        position = torch.arange(max_len).unsqueeze(1)
-        div = torch.exp(torch.arange(0, d, 2) * (-math.log(10000.0) / d))
-        table = torch.zeros(max_len, d)
-        table[:, 0::2], table[:, 1::2] = torch.sin(position * div), torch.cos(position * div)
-        self.register_buffer("positions", table)
+        self.positions = SinusoidalPositions(max_len, d)  # the paper's table, as ours uses
         self.transformer = nn.Transformer(
             d, size["num_heads"], size["layers"], size["layers"], size["d_ff"], size["dropout"],
             batch_first=True, norm_first=True,
@@ -65,8 +63,8 @@ class Baseline(nn.Module):
         self.scale = math.sqrt(d)
 
     def forward(self, src: Tensor, tgt: Tensor) -> Tensor:
-        s = self.src_embed(src) * self.scale + self.positions[: src.size(1)]
-        t = self.tgt_embed(tgt) * self.scale + self.positions[: tgt.size(1)]
+        s = self.src_embed(src) * self.scale + self.positions(src.size(1))
+        t = self.tgt_embed(tgt) * self.scale + self.positions(tgt.size(1))
         causal = nn.Transformer.generate_square_subsequent_mask(tgt.size(1), device=tgt.device)
         h = self.transformer(
             s, t, tgt_mask=causal, tgt_is_causal=True,
