@@ -87,7 +87,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     if resume_from:
         check_same_model(resume_from, module)
     if cfg.train:
-        check_output_dir(Path(cfg.paths.output_dir), module)
+        check_output_dir(Path(cfg.paths.output_dir), module, resuming=resume_from is not None)
 
     callbacks = instantiate_group(cfg.get("callbacks"), "callback")
     loggers = instantiate_group(cfg.get("logger"), "logger")
@@ -174,9 +174,18 @@ def check_same_model(path: str, module: Any) -> None:
             )
 
 
-def check_output_dir(output_dir: Path, module: Any) -> None:
-    """Fail before training, not at the first checkpoint, when checkpoints cannot be written."""
+def check_output_dir(output_dir: Path, module: Any, resuming: bool) -> None:
+    """Fail before training, not at the first checkpoint, when checkpoints cannot be written
+    or would overwrite another run's."""
     import shutil
+
+    earlier = sorted((output_dir / "checkpoints").glob("*.ckpt"))
+    if earlier and not resuming:
+        raise ValueError(
+            f"the output directory {output_dir} already holds checkpoints of a run "
+            f"({', '.join(p.name for p in earlier)}): continue it with resume={output_dir}, "
+            "or start a new run in another directory (hydra.run.dir=PATH)"
+        )
 
     try:
         output_dir.mkdir(parents=True, exist_ok=True)

@@ -88,9 +88,11 @@ def ours(
             step = trainer.global_step
             if step % every == 0 or step == trainer.estimated_stepping_batches:
                 pl_module.eval()
+                v = pl_module.tgt_vocab
                 hits = [
-                    exact_match(pl_module.greedy(b["src"]), b["labels"], 0).mean().item()
-                    * b["src"].size(0)
+                    exact_match(pl_module.greedy(b["src"]), b["labels"], v.pad_id, v.eos_id)
+                    .sum()
+                    .item()
                     for b in test
                 ]
                 pl_module.train()

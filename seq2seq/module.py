@@ -274,8 +274,9 @@ class Seq2SeqModule(L.LightningModule):
         beam = self.hparams.beam_size if stage == "test" else 1
         predictions = self.decode(batch["src"], beam)
         metrics = self._stage_metrics(stage)
+        v = self.tgt_vocab
         metrics[f"{stage}/exact_match"].update(
-            exact_match(predictions, batch["labels"], self.tgt_vocab.pad_id)
+            exact_match(predictions, batch["labels"], v.pad_id, v.eos_id)
         )
         hypotheses = [self.tgt_vocab.decode(row) for row in predictions.tolist()]
         references = [self.tgt_vocab.decode(row) for row in batch["labels"].tolist()]
@@ -393,9 +394,21 @@ def fused_adamw_supported(params: list[Tensor]) -> bool:
     )
 
 
-def exact_match(predictions: Tensor, labels: Tensor, pad_id: int) -> Tensor:
-    """(B,) 1.0 where the prediction equals the label sequence up to and including EOS."""
+def exact_match(predictions: Tensor, labels: Tensor, pad_id: int, eos_id: int) -> Tensor:
+    """(B,) 1.0 where the prediction equals the label sequence up to and including its EOS.
+
+    A sequence ends at its first EOS, as the text metrics read it (tokenizers decode up to
+    it): what follows, padding or not, is not compared. A prediction without EOS (cut off at
+    the length limit) never matches, since every label ends with one.
+    """
     width = max(predictions.size(1), labels.size(1))
     predictions = F.pad(predictions, (0, width - predictions.size(1)), value=pad_id)
     labels = F.pad(labels, (0, width - labels.size(1)), value=pad_id)
-    return (predictions == labels).all(dim=1).float()
+    same = _end_at_eos(predictions, pad_id, eos_id) == _end_at_eos(labels, pad_id, eos_id)
+    return same.all(dim=1).float()
+
+
+def _end_at_eos(ids: Tensor, pad_id: int, eos_id: int) -> Tensor:
+    """(B, L) ids with every position after the first EOS set to pad_id."""
+    after = (ids == eos_id).long().cumsum(1) - (ids == eos_id).long() > 0  # (B, L)
+    return ids.masked_fill(after, pad_id)

@@ -78,9 +78,28 @@ def padding_keep(batch: int, length: int, lengths: list[int]) -> Tensor:
     return torch.arange(length)[None, :] < torch.tensor(lengths)[:, None]  # (B, T)
 
 
-def assert_same_with_grads(ours_fn, theirs_fn, *inputs: Tensor) -> None:
+def parameter_grads(attn: MultiHeadAttention | CrossAttention, mha: nn.MultiheadAttention):
+    """Pairs (name, our gradient, torch's gradient) of every weight the two modules share."""
+    if isinstance(attn, CrossAttention):
+        ours = [attn.proj_q1.weight, attn.proj_k2.weight, attn.proj_v2.weight]
+        theirs = [mha.q_proj_weight.grad, mha.k_proj_weight.grad, mha.v_proj_weight.grad]
+    else:
+        ours = [attn.proj_q.weight, attn.proj_k.weight, attn.proj_v.weight]
+        theirs = list(mha.in_proj_weight.grad.chunk(3))
+    ours += [attn.proj_o.weight, attn.proj_o.bias]
+    theirs += [mha.out_proj.weight.grad, mha.out_proj.bias.grad]
+    names = ["q", "k", "v", "o.weight", "o.bias"]
+    return [(n, p.grad, g) for n, p, g in zip(names, ours, theirs, strict=True)]
+
+
+def assert_same_with_grads(ours_fn, theirs_fn, *inputs: Tensor, modules=None) -> None:
+    """Same outputs, same input gradients and (given modules=(ours, torch's)) the same
+    gradients of every weight."""
     a = [x.clone().requires_grad_() for x in inputs]
     b = [x.clone().requires_grad_() for x in inputs]
+    if modules:
+        for module in modules:
+            module.zero_grad(set_to_none=True)
     out_a, out_b = ours_fn(*a), theirs_fn(*b)
     torch.testing.assert_close(out_a, out_b, atol=ATOL, rtol=ATOL)
     grad = torch.randn_like(out_a)
@@ -88,6 +107,9 @@ def assert_same_with_grads(ours_fn, theirs_fn, *inputs: Tensor) -> None:
     out_b.backward(grad)
     for xa, xb in zip(a, b, strict=True):
         torch.testing.assert_close(xa.grad, xb.grad, atol=ATOL, rtol=ATOL)
+    for name, ours, theirs in parameter_grads(*modules) if modules else []:
+        assert ours is not None, f"no gradient reached proj_{name}"
+        torch.testing.assert_close(ours, theirs, atol=ATOL, rtol=ATOL, msg=f"proj_{name}")
 
 
 # --- oracle: torch.nn.MultiheadAttention -------------------------------------------------
@@ -101,6 +123,7 @@ def test_self_attention_equals_torch_with_key_padding() -> None:
         lambda x: attn(x, keep[:, None, None, :]),
         lambda x: mha(x, x, x, key_padding_mask=~keep, need_weights=False)[0],
         torch.randn(3, 6, 32),
+        modules=(attn, mha),
     )
 
 
@@ -113,11 +136,13 @@ def test_self_attention_equals_torch_with_causal_mask() -> None:
         lambda x: attn(x, is_causal=True),
         lambda x: mha(x, x, x, attn_mask=theirs_mask, need_weights=False)[0],
         x,
+        modules=(attn, mha),
     )
     assert_same_with_grads(
         lambda x: attn(x, causal_mask(7, 7)),
         lambda x: mha(x, x, x, attn_mask=theirs_mask, need_weights=False)[0],
         x,
+        modules=(attn, mha),
     )
 
 
@@ -143,6 +168,7 @@ def test_cross_attention_equals_torch() -> None:
         lambda x1, x2: mha(x1, x2, x2, key_padding_mask=~keep, need_weights=False)[0],
         torch.randn(3, 4, 24),
         torch.randn(3, 9, 40),
+        modules=(attn, mha),
     )
 
 

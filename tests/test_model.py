@@ -59,30 +59,56 @@ def test_changing_later_targets_leaves_earlier_logits_unchanged(overrides: dict)
 
 
 @pytest.mark.parametrize("overrides", VARIANTS)
-def test_padding_appended_to_source_or_target_changes_nothing(overrides: dict) -> None:
+def test_padding_appended_to_the_source_changes_nothing(overrides: dict) -> None:
     model = tiny_model(**overrides)
     src, tgt = tokens(2, 6, 17), tokens(2, 5, model.config.tgt_vocab_size)
-    logits = model(src, tgt)
     src_padded = torch.cat([src, torch.full((2, 4), PAD)], dim=1)
-    tgt_padded = torch.cat([tgt, torch.full((2, 3), PAD)], dim=1)
-    torch.testing.assert_close(model(src_padded, tgt), logits, atol=ATOL, rtol=ATOL)
-    torch.testing.assert_close(model(src, tgt_padded)[:, :5], logits, atol=ATOL, rtol=ATOL)
+    torch.testing.assert_close(model(src_padded, tgt), model(src, tgt), atol=ATOL, rtol=ATOL)
 
 
-def test_padding_anywhere_is_masked_as_keys() -> None:
-    # Left padding: real tokens after the pads must not see them. If pad keys were attended,
-    # changing the pad embedding would move the logits at the real positions.
-    model = tiny_model()
-    src = torch.cat([torch.full((1, 3), PAD), tokens(1, 5, 17)], dim=1)
-    tgt = torch.cat([torch.full((1, 3), PAD), tokens(1, 4, 19)], dim=1)
-    before = model(src, tgt)[:, 3:]
+def with_pad_embeddings_redrawn(model: Seq2SeqTransformer, src: Tensor, tgt: Tensor) -> Tensor:
+    """The logits after the <pad> rows of both embedding tables are drawn anew: what padded
+    keys contribute, if anything, changes; real tokens are untouched."""
     with torch.no_grad():
         model.src_embed.tokens.weight[PAD].normal_()
         model.tgt_embed.tokens.weight[PAD].normal_()
-    torch.testing.assert_close(model(src, tgt)[:, 3:], before, atol=ATOL, rtol=ATOL)
-    unpadded = tgt.clone()
-    unpadded[:, :3] = tokens(1, 3, 19)
-    assert not torch.allclose(model(src, unpadded)[:, 3:], before)
+    return model(src, tgt)
+
+
+@pytest.mark.parametrize("overrides", VARIANTS)
+def test_target_padding_is_masked_as_keys(overrides: dict) -> None:
+    # Padding before and between real target tokens: the causal mask alone lets later real
+    # positions see it (padding appended at the end would be hidden by the causal mask even
+    # without the target padding mask, so it would prove nothing here).
+    model = tiny_model(**overrides)
+    vocab = model.config.tgt_vocab_size
+    src = tokens(2, 5, 17)
+    tgt = tokens(2, 7, vocab)
+    tgt[:, :2] = PAD
+    tgt[0, 4] = PAD
+    real = tgt != PAD
+    # Logits of the real positions; the <pad> column aside, which a tied output layer reads
+    # from the very embedding row that is redrawn.
+    before = model(src, tgt)[real][:, PAD + 1 :]
+    after = with_pad_embeddings_redrawn(model, src, tgt)[real][:, PAD + 1 :]
+    torch.testing.assert_close(after, before, atol=ATOL, rtol=ATOL)
+    unpadded = tgt.masked_fill(~real, 5)  # the same places holding a real token
+    assert not torch.allclose(model(src, unpadded)[real][:, PAD + 1 :], after)
+
+
+def test_source_padding_is_masked_as_keys() -> None:
+    # Left padding: real tokens after the pads must not see them, in the encoder or through
+    # cross-attention.
+    model = tiny_model()
+    src = torch.cat([torch.full((1, 3), PAD), tokens(1, 5, 17)], dim=1)
+    tgt = tokens(1, 4, 19)
+    before = model(src, tgt)
+    torch.testing.assert_close(
+        with_pad_embeddings_redrawn(model, src, tgt), before, atol=ATOL, rtol=ATOL
+    )
+    unpadded = src.clone()
+    unpadded[:, :3] = tokens(1, 3, 17)
+    assert not torch.allclose(model(unpadded, tgt), before)
 
 
 def test_sequence_padded_inside_a_batch_equals_it_alone() -> None:

@@ -31,14 +31,24 @@ RUN = [
 TOTAL_STEPS = 96
 
 
-def start(tmp_path: Path, data_dir: Path, *extra: str) -> subprocess.Popen:
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> dict:
+    """The run every interrupted-and-resumed run must equal, step by step."""
+    tmp_path = tmp_path_factory.mktemp("uninterrupted")
+    summary = train(compose_train(tmp_path, data_dir, RUN))
+    losses = logged_losses(Path(summary["run_dir"]) / "csv" / "version_0" / "metrics.csv")
+    assert sorted(losses) == list(range(TOTAL_STEPS))
+    return {"summary": summary, "losses": losses}
+
+
+def start(run_dir: Path, data_dir: Path, *extra: str, stdout: int = subprocess.DEVNULL):
+    """`python train.py` with RUN, its run directory at run_dir."""
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
     return subprocess.Popen(
-        [sys.executable, str(ROOT / "train.py"), *RUN, f"paths.data_dir={data_dir}", *extra],
-        cwd=tmp_path,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+        [sys.executable, str(ROOT / "train.py"), *RUN, f"paths.data_dir={data_dir}",
+         f"hydra.run.dir={run_dir}", *extra],
+        cwd=run_dir.parent, stdout=stdout, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
 
 
 def saved_step(path: Path) -> int | None:
@@ -48,68 +58,100 @@ def saved_step(path: Path) -> int | None:
         return None
 
 
-def kill_mid_epoch(process: subprocess.Popen, run_root: Path, timeout: float = 240) -> int:
-    """SIGKILL the run once its last.ckpt is past step 40 (epoch 2, batch 8)."""
-    deadline = time.monotonic() + timeout
+def wait_for_checkpoint(process: subprocess.Popen, run_dir: Path, step: int) -> None:
+    """Return once the run's last.ckpt is at `step` or later (training is under way)."""
+    deadline = time.monotonic() + 240
     while time.monotonic() < deadline and process.poll() is None:
-        for ckpt in run_root.glob("outputs/train/runs/*/checkpoints/last.ckpt"):
-            step = saved_step(ckpt)
-            if step is not None and step >= 40:
-                process.send_signal(signal.SIGKILL)
-                process.wait()
-                return step
+        saved = saved_step(run_dir / "checkpoints" / "last.ckpt")
+        if saved is not None and saved >= step:
+            return
         time.sleep(0.02)
     process.kill()
-    pytest.fail(f"the run ended or hung before a mid-epoch checkpoint: {process.stderr.read()}")
+    pytest.fail(f"the run ended or hung before its step-{step} checkpoint: {process.stderr.read()}")
 
 
-def rows_by_step(run_dir: Path) -> dict[tuple[str, str], dict[str, str]]:
-    """Every logged row of every start (csv/version_N), keyed by (step, which metric)."""
-    out = {}
-    for metrics in sorted(run_dir.glob("csv/version_*/metrics.csv")):
-        with open(metrics) as f:
-            for row in csv.DictReader(f):
-                values = {k: v for k, v in row.items() if v}
-                key = (values.get("step", ""), ",".join(sorted(values)))
-                out[key] = values
-    return out
+def logged_losses(metrics_csv: Path) -> dict[int, float]:
+    """train/loss_step by step, as one start of a run logged it; a step logged twice fails."""
+    losses: dict[int, float] = {}
+    with open(metrics_csv) as f:
+        for row in csv.DictReader(f):
+            if row.get("train/loss_step"):
+                step = int(row["step"])
+                assert step not in losses, f"step {step} logged twice in {metrics_csv}"
+                losses[step] = float(row["train/loss_step"])
+    return losses
+
+
+def resume_in_process(run_dir: Path, data_dir: Path) -> dict:
+    """`python train.py resume=RUN_DIR`, as train(cfg) in this process."""
+    cfg = compose_train(run_dir.parent, data_dir, [*RUN, f"resume={run_dir}"])
+    cfg.paths.output_dir = str(run_dir)
+    return train(cfg)
+
+
+def assert_resumed_exactly(run_dir: Path, loaded_step: int, uninterrupted: dict) -> None:
+    """The resumed start (csv/version_1) began at the checkpoint's step, logged every later
+    step once, with the uninterrupted run's losses, and tested as it did."""
+    assert 0 < loaded_step < TOTAL_STEPS
+    losses = logged_losses(run_dir / "csv" / "version_1" / "metrics.csv")
+    # A resume that ignored the checkpoint would start again at step 0.
+    assert min(losses) == loaded_step, f"resumed at step {min(losses)}, saved at {loaded_step}"
+    assert sorted(losses) == list(range(loaded_step, TOTAL_STEPS))
+    for step, loss in losses.items():
+        assert loss == pytest.approx(uninterrupted["losses"][step], abs=1e-5), step
+    summary = json.loads((run_dir / "summary.json").read_text())
+    final = torch.load(summary["last_checkpoint"], weights_only=True)["global_step"]
+    assert final == TOTAL_STEPS  # every batch trained exactly once
+    for name, value in uninterrupted["summary"]["test"].items():
+        assert summary["test"][name] == pytest.approx(value, abs=1e-5), name
 
 
 def test_sigkill_mid_epoch_then_resume_matches_an_uninterrupted_run(
-    tmp_path: Path, data_dir: Path
+    tmp_path: Path, data_dir: Path, uninterrupted: dict
 ) -> None:
-    full = train(compose_train(tmp_path / "full", data_dir, RUN))
-
-    process = start(tmp_path, data_dir)
-    step = kill_mid_epoch(process, tmp_path)
+    run_dir = tmp_path / "run"
+    process = start(run_dir, data_dir)
+    wait_for_checkpoint(process, run_dir, 40)  # epoch 2, batch 8 or later
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    step = saved_step(run_dir / "checkpoints" / "last.ckpt")
     assert step % 32 != 0 and step < TOTAL_STEPS  # really mid-epoch, really unfinished
-    (run_dir,) = (tmp_path / "outputs" / "train" / "runs").iterdir()
     assert not (run_dir / "summary.json").exists()
 
-    resumed = start(tmp_path, data_dir, f"resume={run_dir}")
+    resumed = start(run_dir, data_dir, f"resume={run_dir}")  # the command line's resume
     _, err = resumed.communicate(timeout=300)
     assert resumed.returncode == 0, err[-3000:]
     # The resume continued in the same directory and kept the first start's config.
-    assert list((tmp_path / "outputs" / "train" / "runs").iterdir()) == [run_dir]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
     assert (run_dir / ".hydra" / "config.yaml").exists()
     assert len(list((run_dir / ".hydra").glob("resume-*/config.yaml"))) == 1
     assert sorted(p.parent.name for p in run_dir.glob("csv/version_*/metrics.csv")) == [
         "version_0",
         "version_1",
     ]
+    assert_resumed_exactly(run_dir, step, uninterrupted)
 
-    summary = json.loads((run_dir / "summary.json").read_text())
-    for name, value in full["test"].items():
-        assert summary["test"][name] == pytest.approx(value, abs=1e-4), name
-    # Step by step, the resumed run logged what the uninterrupted one did.
-    expected = rows_by_step(Path(full["run_dir"]))
-    got = rows_by_step(run_dir)
-    resumed_steps = [k for k in got if k[0] and int(k[0]) > step + 1 and "train/loss_step" in k[1]]
-    assert len(resumed_steps) > 20
-    for key in resumed_steps:
-        assert float(got[key]["train/loss_step"]) == pytest.approx(
-            float(expected[key]["train/loss_step"]), abs=1e-4
-        ), key
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "Ctrl-C"])
+def test_a_signal_saves_a_last_checkpoint_that_resumes_exactly(
+    sig: signal.Signals, tmp_path: Path, data_dir: Path, uninterrupted: dict
+) -> None:
+    run_dir = tmp_path / "run"
+    process = start(run_dir, data_dir, stdout=subprocess.PIPE)
+    wait_for_checkpoint(process, run_dir, 5)  # training is under way
+    process.send_signal(sig)
+    out, err = process.communicate(timeout=120)
+    output = out + err
+    assert process.returncode == (128 + 15 if sig == signal.SIGTERM else 1), output[-3000:]
+    step = saved_step(run_dir / "checkpoints" / "last.ckpt")
+    name = "SIGTERM" if sig == signal.SIGTERM else "Ctrl-C"
+    assert f"{name} at step {step}: saved" in output, output[-3000:]
+    assert f"resume with: python train.py resume={run_dir}" in output
+    assert not (run_dir / "summary.json").exists()
+    # SIGTERM stops at a batch boundary and Ctrl-C mid-batch: either way the checkpoint holds
+    # the last finished step, and the resume replays nothing and skips nothing.
+    resume_in_process(run_dir, data_dir)
+    assert_resumed_exactly(run_dir, step, uninterrupted)
 
 
 def test_resume_from_a_missing_checkpoint_fails_clearly(tmp_path: Path, data_dir: Path) -> None:

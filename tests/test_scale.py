@@ -8,9 +8,12 @@ import math
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
-from helpers import ROOT, compose_train
+import torch
+from helpers import ROOT, compose_train, small_data
+from hydra.utils import instantiate
 
 from train import train
 
@@ -31,36 +34,115 @@ def run_cli(tmp_path: Path, data_dir: Path, *overrides: str) -> subprocess.Compl
     )
 
 
+def rank_batches(cfg, world_size: int, rank: int, split: str, epoch: int) -> list[list[int]]:
+    """The example indices of every batch that process `rank` of `world_size` loads."""
+    datamodule = instantiate(cfg.data)
+    datamodule.trainer = SimpleNamespace(world_size=world_size, global_rank=rank)
+    datamodule.setup("fit")
+    loader = getattr(datamodule, {"train": "train", "validation": "val", "test": "test"}[split]
+                     + "_dataloader")()  # fmt: skip
+    loader.batch_sampler.sampler.set_epoch(epoch)  # what Lightning does before each epoch
+    return [list(batch) for batch in loader.batch_sampler]
+
+
+@pytest.mark.parametrize("data", ["copy", "numbers"])  # epoch shuffle; length buckets
+def test_under_ddp_the_ranks_load_disjoint_shares_of_each_epoch(
+    data: str, tmp_path: Path, data_dir: Path
+) -> None:
+    cfg = compose_train(tmp_path, data_dir, [f"data={data}", *small_data(data, tmp_path)])
+    size = {"train": 256, "test": 32}
+    for split, epoch in (("train", 0), ("train", 1), ("test", 0)):
+        alone = rank_batches(cfg, 1, 0, split, epoch)
+        shares = [rank_batches(cfg, 2, rank, split, epoch) for rank in (0, 1)]
+        seen = [{i for batch in share for i in batch} for share in shares]
+        assert sorted(seen[0] | seen[1]) == list(range(size[split])), (split, epoch)
+        assert len(shares[0]) == len(shares[1])  # as many steps on each rank
+        # Disjoint, but for the padding that evens out the shares: the first items of the
+        # epoch's order repeated (as DistributedSampler does), at most one batch of them.
+        overlap = seen[0] & seen[1]
+        assert overlap <= set(alone[0]), f"both ranks load the same {split} examples"
+        if split == "test" or data == "copy":  # 256 and 32 split evenly in batches of 64
+            assert not overlap
+    # A new epoch is a new order on both ranks.
+    assert rank_batches(cfg, 2, 0, "train", 0) != rank_batches(cfg, 2, 0, "train", 1)
+
+
 def test_ddp_on_two_cpu_processes_matches_one_process(tmp_path: Path, data_dir: Path) -> None:
-    single = run_cli(tmp_path / "single", data_dir, *LEARN, "data.batch_size=64")
     # Two processes of 32 make the same 64 examples a step, and the gradients are averaged.
     ddp = run_cli(tmp_path / "ddp", data_dir, *LEARN, "data.batch_size=32", "trainer=ddp_cpu")
-    assert single.returncode == 0, single.stderr[-2000:]
     assert ddp.returncode == 0, ddp.stderr[-2000:]
-    (single_dir,) = (tmp_path / "single" / "outputs" / "train" / "runs").iterdir()
     runs = list((tmp_path / "ddp" / "outputs" / "train" / "runs").iterdir())
     assert len(runs) == 1  # one run directory, not one per process
-    single_test = json.loads((single_dir / "summary.json").read_text())["test"]
-    ddp_test = json.loads((runs[0] / "summary.json").read_text())["test"]
-    assert single_test["test/exact_match"] > 0.5  # it learned something to compare
-    assert ddp_test["test/exact_match"] == pytest.approx(single_test["test/exact_match"], abs=0.1)
-    assert ddp_test["test/loss"] == pytest.approx(single_test["test/loss"], rel=0.35)
+    summary = json.loads((runs[0] / "summary.json").read_text())
+    ddp_test = summary["test"]
     # Only rank 0 reports: the summary lines appear once.
     assert (ddp.stdout + ddp.stderr).count("Best checkpoint:") == 1
 
+    # The test metrics are over the whole test split, not one rank's half: one process
+    # evaluating the same checkpoint on the same split gets the same numbers.
+    data = [o for o in LEARN if o.startswith("data.")]
+    evaluate = ["train=false", f"ckpt_path={summary['best_checkpoint']}", "logger=none", *data]
+    alone = train(compose_train(tmp_path / "eval", data_dir, evaluate))["test"]
+    assert alone["test/exact_match"] < 1.0  # so the halves differ, and the check means something
+    for name, value in alone.items():
+        assert ddp_test[name] == pytest.approx(value, rel=1e-5, abs=1e-6), name
 
-def test_bf16_mixed_precision_trains_on_the_cpu(tmp_path: Path, data_dir: Path) -> None:
-    cfg = compose_train(tmp_path, data_dir, [*SMALL, "debug=fdr", "trainer.precision=bf16-mixed"])
-    summary = train(cfg)
+    # And training on two processes learns what one process learns.
+    single = train(compose_train(tmp_path / "single", data_dir, [*LEARN, "data.batch_size=64"]))
+    assert single["test"]["test/exact_match"] > 0.5  # it learned something to compare
+    exact = single["test"]["test/exact_match"]
+    assert ddp_test["test/exact_match"] == pytest.approx(exact, abs=0.1)
+    assert ddp_test["test/loss"] == pytest.approx(single["test"]["test/loss"], rel=0.35)
+
+
+def record_training_steps(monkeypatch: pytest.MonkeyPatch) -> list[tuple[torch.dtype, float]]:
+    """(logits dtype, loss) of every training step of the runs that follow."""
+    from seq2seq.module import Seq2SeqModule
+
+    seen: list[tuple[torch.dtype, float]] = []
+    original = Seq2SeqModule.model_step
+
+    def model_step(self, batch):
+        loss, logits = original(self, batch)
+        if self.training:
+            seen.append((logits.dtype, loss.item()))
+        return loss, logits
+
+    monkeypatch.setattr(Seq2SeqModule, "model_step", model_step)
+    return seen
+
+
+def test_bf16_mixed_precision_runs_the_forward_in_bf16_on_the_cpu(
+    tmp_path: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen = record_training_steps(monkeypatch)
+    overrides = [*SMALL, "debug=fdr"]
+    summary = train(compose_train(tmp_path, data_dir, [*overrides, "trainer.precision=bf16-mixed"]))
     assert all(math.isfinite(v) for v in summary["test"].values())
+    assert [dtype for dtype, _ in seen] == [torch.bfloat16]  # autocast was on in the forward
+    train(compose_train(tmp_path / "fp32", data_dir, overrides))
+    assert seen[1][0] == torch.float32  # and is off by default
+    assert seen[0][1] == pytest.approx(seen[1][1], rel=0.02)  # the same step, in bf16
 
 
 @pytest.mark.slow
-def test_compiled_model_trains_on_the_cpu(tmp_path: Path, data_dir: Path) -> None:
-    overrides = [*SMALL, "debug=fdr", "model.compile=true", "model.net.num_encoder_layers=1"]
-    overrides += ["model.net.num_decoder_layers=1"]
-    summary = train(compose_train(tmp_path, data_dir, overrides))  # about a minute: compiling
-    assert all(math.isfinite(v) for v in summary["test"].values())
+def test_compiled_model_trains_on_the_cpu(
+    tmp_path: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """model.compile=true compiles the model (dynamo captures its graphs) and changes no
+    result: the first training step's loss equals the eager model's."""
+    from torch._dynamo.utils import counters
+
+    seen = record_training_steps(monkeypatch)
+    overrides = [*SMALL, "debug=fdr", "model.net.num_encoder_layers=1", "test=false"]
+    overrides += ["model.net.num_decoder_layers=1", "trainer.limit_val_batches=0"]
+    train(compose_train(tmp_path / "eager", data_dir, overrides))
+    torch._dynamo.reset()
+    counters.clear()
+    train(compose_train(tmp_path, data_dir, [*overrides, "model.compile=true"]))  # ~15 s
+    assert counters["stats"]["unique_graphs"] >= 1, dict(counters["stats"])
+    assert len(seen) == 2
+    assert seen[1][1] == pytest.approx(seen[0][1], abs=1e-4)
 
 
 def test_optuna_search_runs_trials_and_reports_the_best(tmp_path: Path, data_dir: Path) -> None:

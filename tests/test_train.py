@@ -114,8 +114,9 @@ def test_checkpoint_alone_reproduces_the_test_exact_match(
     datamodule.setup("test")
     # The vocabulary came from the checkpoint, not from the data module.
     assert module.tgt_vocab == datamodule.tgt_vocab
+    v = module.tgt_vocab
     matches = [
-        exact_match(module.greedy(b["src"]), b["labels"], module.tgt_vocab.pad_id)
+        exact_match(module.greedy(b["src"]), b["labels"], v.pad_id, v.eos_id)
         for b in datamodule.test_dataloader()
     ]
     assert torch.cat(matches).mean().item() == pytest.approx(summary["test"]["test/exact_match"])
