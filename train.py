@@ -23,7 +23,11 @@ from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from seq2seq.preflight import check_config, check_run_dir_is_new, checkpoint_to_resume
+
 log = logging.getLogger("train")
+# Absolute, so Hydra finds it when train.py is imported (tests call cli() and main() in-process).
+CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 
 
 def resumed_run(train: bool, resume: str | None, ckpt_path: str | None) -> Path | None:
@@ -75,10 +79,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         # root logger Hydra set up: without this every Lightning line would print twice.
         logging.getLogger("lightning").handlers.clear()
     L.seed_everything(cfg.seed, workers=True)
-    check_model_config(cfg.model)  # before the data is made: bad values fail at once
-
     log.info("Instantiating data <%s>", cfg.data._target_)
-    datamodule = instantiate(cfg.data)
+    datamodule = check_config(cfg)  # before the data is made: bad values fail at once
     # The vocabularies are needed to size the model; setup() is idempotent for Lightning.
     datamodule.prepare_data()
     datamodule.setup("fit")
@@ -127,33 +129,6 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     return summary
 
 
-def checkpoint_to_resume(cfg: DictConfig) -> str | None:
-    """ckpt_path, or the last checkpoint of the run directory given as resume."""
-    path = cfg.get("ckpt_path")
-    if cfg.get("resume"):
-        if path:
-            raise ValueError("give resume=RUN_DIR or ckpt_path=PATH, not both")
-        path = str(Path(cfg.resume) / "checkpoints" / "last.ckpt")
-    if path and not Path(path).is_file():
-        raise ValueError(f"checkpoint {path} does not exist: check ckpt_path or resume")
-    return path
-
-
-def check_model_config(model: DictConfig) -> None:
-    """The module's and the model's checks, on the config alone (vocabulary sizes aside)."""
-    import inspect
-
-    from seq2seq.model import ModelConfig
-    from seq2seq.module import Seq2SeqModule, check_hyperparameters
-
-    given = OmegaConf.to_container(model, resolve=True)
-    parameters = inspect.signature(Seq2SeqModule.__init__).parameters
-    values = {k: p.default for k, p in parameters.items() if p.default is not p.empty}
-    values.update({k: v for k, v in given.items() if not k.startswith("_")})
-    check_hyperparameters(values)
-    ModelConfig(src_vocab_size=8, tgt_vocab_size=8, **values["net"])
-
-
 def check_same_model(path: str, module: Any) -> None:
     """A checkpoint to resume must be of the configured model and vocabularies."""
     from seq2seq.checkpoint import load_checkpoint
@@ -179,13 +154,7 @@ def check_output_dir(output_dir: Path, module: Any, resuming: bool) -> None:
     or would overwrite another run's."""
     import shutil
 
-    earlier = sorted((output_dir / "checkpoints").glob("*.ckpt"))
-    if earlier and not resuming:
-        raise ValueError(
-            f"the output directory {output_dir} already holds checkpoints of a run "
-            f"({', '.join(p.name for p in earlier)}): continue it with resume={output_dir}, "
-            "or start a new run in another directory (hydra.run.dir=PATH)"
-        )
+    check_run_dir_is_new(output_dir, resuming)
 
     try:
         output_dir.mkdir(parents=True, exist_ok=True)
@@ -212,15 +181,7 @@ def check_output_dir(output_dir: Path, module: Any, resuming: bool) -> None:
 
 def build_module(cfg: DictConfig, datamodule: Any) -> Any:
     """A new module sized by the data's vocabularies, or (train=false) the checkpoint's."""
-    needed = datamodule.longest_sequence
     if cfg.train:
-        max_positions = cfg.model.net.max_positions
-        if max_positions < needed:
-            raise ValueError(
-                f"model.net.max_positions={max_positions} is below the {needed} positions the "
-                f"data needs (max_length {datamodule.max_length} + <bos>/<eos>): raise "
-                f"model.net.max_positions or lower the data's max length"
-            )
         log.info("Instantiating model <%s>", cfg.model._target_)
         module = instantiate(
             cfg.model,
@@ -229,8 +190,6 @@ def build_module(cfg: DictConfig, datamodule: Any) -> Any:
         )
         module.run_config = OmegaConf.to_container(cfg, resolve=True)
         return module
-    if not cfg.get("ckpt_path"):
-        raise ValueError("train=false needs a checkpoint to evaluate: add ckpt_path=PATH")
     from seq2seq.checkpoint import load_module
 
     log.info("Loading model from %s", cfg.ckpt_path)
@@ -273,20 +232,22 @@ def _root_cause(error: BaseException) -> BaseException:
     return error
 
 
-def composition_error(overrides: list[str]) -> str | None:
-    """Hydra's own message for overrides it cannot compose, in one line; None if they compose.
+def command_line_error(overrides: list[str]) -> str | None:
+    """What is wrong with a command line, in one line; None if it composes and checks out.
 
-    Hydra reports these over several lines (with its search path); composing once up front
-    with the same overrides gives the same verdict with a message we can shape.
+    Runs before Hydra's main, which makes the run directory and its log: a bad command line
+    leaves nothing behind. Hydra reports overrides it cannot compose over several lines (with
+    its search path); composing once up front with the same overrides gives the same verdict
+    with a message we can shape. Then the config's values get the checks train(cfg) starts
+    with (seq2seq.preflight).
     """
     import hydra.errors
     from hydra import compose, initialize_config_dir
 
     try:
-        config_dir = str(Path(__file__).resolve().parent / "configs")
-        with initialize_config_dir(config_dir, version_base="1.3"):
+        with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
             cfg = compose("train", overrides=overrides, return_hydra_config=True)
-        return unwritable(Path(OmegaConf.select(cfg, "hydra.run.dir")))
+        run_dir = Path(OmegaConf.select(cfg, "hydra.run.dir"))
     except hydra.errors.MissingConfigException as error:
         group, _, option = (error.missing_cfg_file or "").rpartition("/")
         if error.options and group:
@@ -317,6 +278,13 @@ def composition_error(overrides: list[str]) -> str | None:
         return " ".join(message.split())
     except Exception:  # a run directory only Hydra itself can resolve: Hydra will judge it
         return None
+    try:
+        check_config(cfg)
+        if cfg.train:
+            check_run_dir_is_new(run_dir, resuming=checkpoint_to_resume(cfg) is not None)
+    except (ValueError, InstantiationException) as error:
+        return str(_root_cause(error))
+    return unwritable(run_dir)
 
 
 def unwritable(run_dir: Path) -> str | None:
@@ -333,7 +301,7 @@ def unwritable(run_dir: Path) -> str | None:
     return None
 
 
-@hydra.main(version_base="1.3", config_path="configs", config_name="train")
+@hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="train")
 def main(cfg: DictConfig) -> float | None:
     from lightning.pytorch.utilities.exceptions import SIGTERMException
 
@@ -351,15 +319,16 @@ def main(cfg: DictConfig) -> float | None:
 
 
 def cli() -> None:
-    """`python train.py ...`: one line for overrides Hydra cannot compose, then Hydra's main.
+    """`python train.py ...`: one line for a command line that does not compose or check out,
+    then Hydra's main.
 
     Plain runs only: with Hydra's own flags (-m, --cfg, -cp, ...) or HYDRA_FULL_ERROR=1,
-    Hydra reports as it does.
+    Hydra reports as it does, and the checks run in train(cfg), after the run directory is made.
     """
     args = sys.argv[1:]
     plain = not any(arg.startswith("-") for arg in args)
-    if plain and args and os.environ.get("HYDRA_FULL_ERROR") != "1":
-        message = composition_error(args)
+    if plain and os.environ.get("HYDRA_FULL_ERROR") != "1":
+        message = command_line_error(args)
         if message:
             print(f"error: {message}", file=sys.stderr)
             sys.exit(1)

@@ -11,8 +11,14 @@ import math
 from typing import Any
 
 
-def _describe(value: Any) -> str:
+def describe(value: Any) -> str:
+    """A value as an error message shows it: strings quoted, so 'abc' reads as text."""
     return repr(value) if isinstance(value, str) else str(value)
+
+
+def is_integer(value: Any) -> bool:
+    """An int and not a bool (YAML's true is an int to Python)."""
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def integer(name: str, value: Any, minimum: int | None = None) -> int:
@@ -20,8 +26,8 @@ def integer(name: str, value: Any, minimum: int | None = None) -> int:
     need = "an integer" if minimum is None else f"an integer >= {minimum}"
     if minimum == 1:
         need = "a positive integer"
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{name} must be {need}, got {_describe(value)}")
+    if not is_integer(value):
+        raise ValueError(f"{name} must be {need}, got {describe(value)}")
     if minimum is not None and value < minimum:
         raise ValueError(f"{name} must be {need}, got {value}")
     return value
@@ -38,7 +44,6 @@ def number(
     """value as a finite float within [low, high] (or open at either end)."""
     ok = isinstance(value, (int, float)) and not isinstance(value, bool)
     if ok:
-        value = float(value)
         ok = math.isfinite(value)
         if ok and low is not None:
             ok = value > low if low_open else value >= low
@@ -53,13 +58,13 @@ def number(
             lo = "-inf" if low is None else f"{low:g}"
             hi = "inf" if high is None else f"{high:g}"
             need = f"a number in {left}{lo}, {hi}{right}"
-        raise ValueError(f"{name} must be {need}, got {_describe(value)}")
-    return value
+        raise ValueError(f"{name} must be {need}, got {describe(value)}")
+    return float(value)
 
 
 def choice(name: str, value: Any, options: tuple[Any, ...]) -> Any:
     if value not in options:
         raise ValueError(
-            f"{name} must be one of {', '.join(map(str, options))}, got {_describe(value)}"
+            f"{name} must be one of {', '.join(map(str, options))}, got {describe(value)}"
         )
     return value

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
+import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, open_dict
@@ -51,3 +53,18 @@ def experiment_data(experiment: str) -> str:
     """The data option an experiment config selects (its `override /data:` line)."""
     text = (CONFIG_DIR / "experiment" / f"{experiment}.yaml").read_text()
     return text.split("override /data:")[1].split()[0]
+
+
+def run_train_cli(args: list[str], cwd: Path, monkeypatch: pytest.MonkeyPatch) -> int:
+    """`python train.py ARGS` started in cwd, run in this process (no interpreter start-up
+    and imports to pay); returns the exit code. Output goes to capsys/capfd as usual."""
+    import train as entry
+
+    cwd.mkdir(parents=True, exist_ok=True)
+    monkeypatch.chdir(cwd)
+    monkeypatch.setattr(sys, "argv", ["train.py", *args])
+    try:
+        entry.cli()
+    except SystemExit as stop:
+        return stop.code if isinstance(stop.code, int) else 1
+    return 0

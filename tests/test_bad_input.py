@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import ROOT, compose_train, small_data
+from helpers import ROOT, compose_train, run_train_cli, small_data
 
 from seq2seq import translate as translate_cli
 from train import _root_cause, train
@@ -19,18 +19,7 @@ from train import _root_cause, train
 SMALL = ["data.train_size=256", "data.val_size=32", "data.test_size=32", "logger=none"]
 
 
-def run_train(cwd: Path, *overrides: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    cwd.mkdir(parents=True, exist_ok=True)
-    return subprocess.run(
-        [sys.executable, str(ROOT / "train.py"), *overrides],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-
-
-# --- the command line: composition errors are one line too ------------------------------------
+# --- the command line: one line, exit code 1, nothing written -------------------------------
 
 CLI_ROWS = [
     (["model=hueg"], "model=hueg is not an option of model; choose one of: base, small, tiny"),
@@ -42,29 +31,65 @@ CLI_ROWS = [
     (["hydra.run.dir=/dev/null/run"], "cannot write to the output directory /dev/null/run"),
 ]
 
+# Every Trainer setting a user is likely to type: the key, the value, what is allowed.
+TRAINER_ROWS = [
+    (["trainer.max_epochs=abc"], "trainer.max_epochs must be a positive integer, or -1 for no "
+     "limit, got 'abc'"),
+    (["trainer.max_epochs=0"], "trainer.max_epochs must be a positive integer, or -1"),
+    (["trainer.max_steps=1.5"], "trainer.max_steps must be a positive integer, or -1 for no "
+     "limit, got 1.5"),
+    (["trainer.max_time=30min"], "trainer.max_time must be a duration DD:HH:MM:SS (e.g. "
+     "00:00:30:00 for 30 minutes), got '30min'"),
+    (["trainer.devices=0"], "trainer.devices must be a positive integer, -1 (all), auto, or a "
+     "list of device indices such as [0,1], got 0"),
+    (["trainer.devices=[0,x]"], "trainer.devices must be a positive integer"),
+    (["trainer.precision=bf17"], "trainer.precision must be one of 32-true, 16-mixed, "
+     "bf16-mixed, 16-true, bf16-true, 64-true, got 'bf17'"),
+    (["trainer.accumulate_grad_batches=0"], "trainer.accumulate_grad_batches must be a "
+     "positive integer, got 0"),
+    (["trainer.gradient_clip_val=-1"], "trainer.gradient_clip_val must be a number in "
+     "[0, inf], got -1"),
+    (["trainer.val_check_interval=1.5"], "trainer.val_check_interval must be a fraction of an "
+     "epoch in (0, 1] or a number of batches >= 1, got 1.5"),
+    (["trainer.val_check_interval=0"], "trainer.val_check_interval must be a fraction"),
+    (["trainer.limit_train_batches=abc"], "trainer.limit_train_batches must be a fraction of "
+     "the batches in [0, 1] or a number of batches >= 0, got 'abc'"),
+    (["trainer.limit_val_batches=-1"], "trainer.limit_val_batches must be a fraction"),
+    (["trainer.limit_test_batches=2.0"], "trainer.limit_test_batches must be a fraction"),
+    (["trainer.log_every_n_steps=0"], "trainer.log_every_n_steps must be a positive integer, "
+     "got 0"),
+]  # fmt: skip
 
-@pytest.mark.parametrize(("overrides", "message"), CLI_ROWS)
-def test_bad_command_lines_fail_with_one_line(
-    overrides: list[str], message: str, tmp_path: Path
+
+def test_a_bad_command_line_in_a_subprocess_exits_1_with_one_line_and_writes_nothing(
+    tmp_path: Path,
 ) -> None:
-    result = run_train(tmp_path, *overrides, "logger=none")
-    assert result.returncode == 1, result.stderr[-2000:]
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr[-2000:]
-    assert message in lines[0]
-    assert not (tmp_path / "outputs").exists() or not any((tmp_path / "outputs").rglob("*.ckpt"))
-
-
-def test_hydra_full_error_shows_the_traceback(tmp_path: Path) -> None:
-    import os
-
-    env = {**os.environ, "HYDRA_FULL_ERROR": "1"}
+    """The contract end to end, in a real process; the tables below run in this one."""
     result = subprocess.run(
-        [sys.executable, str(ROOT / "train.py"), "model.lr=abc", "logger=none"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env,
+        [sys.executable, str(ROOT / "train.py"), "model.lr=abc"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
-    assert result.returncode == 1
-    assert "Traceback" in result.stderr and "model.lr must be a positive number" in result.stderr
+    assert result.returncode == 1, result.stderr[-2000:]
+    assert result.stderr == "error: model.lr must be a positive number, got 'abc'\n"
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(("overrides", "message"), CLI_ROWS + TRAINER_ROWS)
+def test_bad_command_lines_fail_with_one_line_and_write_nothing(
+    overrides: list[str], message: str, tmp_path: Path, monkeypatch, capsys
+) -> None:
+    assert run_train_cli(overrides, tmp_path, monkeypatch) == 1
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), err[-2000:]
+    assert message in lines[0]
+    assert list(tmp_path.rglob("*")) == []  # no run directory, no log, no data cache
+
+
+def test_hydra_full_error_shows_the_traceback(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("HYDRA_FULL_ERROR", "1")
+    with pytest.raises(ValueError, match=r"model\.lr must be a positive number"):
+        run_train_cli(["model.lr=abc", "logger=none"], tmp_path, monkeypatch)
 
 
 # --- config values: checked before any training ----------------------------------------------
@@ -109,6 +134,15 @@ def test_bad_config_values_fail_before_training(
     assert message in str(error)
     assert "\n" not in str(error)
     assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+@pytest.mark.parametrize(("overrides", "message"), CONFIG_ROWS)
+def test_bad_config_values_on_the_command_line_write_nothing(
+    overrides: list[str], message: str, tmp_path: Path, monkeypatch, capsys
+) -> None:
+    assert run_train_cli(overrides, tmp_path, monkeypatch) == 1
+    assert message in capsys.readouterr().err
+    assert list(tmp_path.rglob("*")) == []
 
 
 # --- checkpoints of another model or another task ----------------------------------------------
@@ -239,6 +273,25 @@ def test_a_new_run_in_a_directory_holding_checkpoints_is_refused(
         train(compose_train(tmp_path, data_dir, SMALL))
     assert (checkpoints / "last.ckpt").read_bytes() == b"an earlier run's weights"
     assert [p.name for p in checkpoints.iterdir()] == ["last.ckpt"]
+
+
+def test_a_command_line_into_a_run_directory_holding_checkpoints_writes_nothing(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
+    """hydra.run.dir=<an earlier run>: refused before Hydra would write its config over the
+    earlier run's .hydra/config.yaml."""
+    run_dir = tmp_path / "earlier"
+    (run_dir / "checkpoints").mkdir(parents=True)
+    (run_dir / ".hydra").mkdir()
+    (run_dir / "checkpoints" / "last.ckpt").write_bytes(b"weights")
+    (run_dir / ".hydra" / "config.yaml").write_text("the earlier run's config")
+    before = sorted(tmp_path.rglob("*"))
+    assert run_train_cli([f"hydra.run.dir={run_dir}"], tmp_path, monkeypatch) == 1
+    assert f"error: the output directory {run_dir} already holds checkpoints" in (
+        capsys.readouterr().err
+    )
+    assert sorted(tmp_path.rglob("*")) == before
+    assert (run_dir / ".hydra" / "config.yaml").read_text() == "the earlier run's config"
 
 
 def test_a_full_disk_fails_before_training(

@@ -40,15 +40,19 @@ def ckpt(trained: Trained) -> str:
 # --- translate --------------------------------------------------------------------------------
 
 
-def test_translate_arguments_and_stdin_in_a_subprocess(trained: Trained) -> None:
+def test_translate_arguments_in_a_subprocess(trained: Trained) -> None:
     result = run_module("seq2seq.translate", "--ckpt", ckpt(trained), "3 1 4 1 5", "2 7")
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == ["3 1 4 1 5", "2 7"]  # the copy task
 
-    lines = "5 5 2\n\n   \n0 1 2 3\n"
-    result = run_module("seq2seq.translate", "--ckpt", ckpt(trained), "--beam", "3", stdin=lines)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.splitlines() == ["5 5 2", "", "", "0 1 2 3"]  # order and empty lines
+
+def test_translate_stdin(trained: Trained, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    import io
+
+    stdin = io.TextIOWrapper(io.BytesIO(b"5 5 2\n\n   \n0 1 2 3\n"), encoding="utf-8")
+    monkeypatch.setattr(sys, "stdin", stdin)
+    assert translate_cli.main(["--ckpt", ckpt(trained), "--beam", "3"]) == 0
+    assert capsys.readouterr().out.splitlines() == ["5 5 2", "", "", "0 1 2 3"]  # order, blanks
 
 
 def test_translate_from_a_file_in_batches(trained: Trained, tmp_path: Path, capsys) -> None:
@@ -133,13 +137,12 @@ def test_inspect_json_has_everything(trained: Trained, capsys) -> None:
     assert info["file_size_bytes"] == Path(ckpt(trained)).stat().st_size
 
 
-def test_inspect_attention_writes_a_heat_map(trained: Trained, tmp_path: Path) -> None:
+def test_inspect_attention_writes_a_heat_map(trained: Trained, tmp_path: Path, capsys) -> None:
     out = tmp_path / "attn.png"
-    result = run_module("seq2seq.inspect", ckpt(trained), "--attention", "3 1 4", "--out", str(out))
-    assert result.returncode == 0, result.stderr
+    assert inspect_cli.main([ckpt(trained), "--attention", "3 1 4", "--out", str(out)]) == 0
     net = trained[1].model.net
     panels = 2 * net.num_decoder_layers * net.num_heads  # cross- and self-attention
-    assert f"{panels} heat maps" in result.stdout
+    assert f"{panels} heat maps" in capsys.readouterr().out
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -183,20 +186,20 @@ class Payload:
 
 
 def test_checkpoint_with_a_pickled_object_is_refused_and_never_runs(
-    trained: Trained, tmp_path: Path
+    trained: Trained, tmp_path: Path, capsys
 ) -> None:
     marker = tmp_path / "payload_ran"
     evil = torch.load(ckpt(trained), weights_only=True)
     evil["hyper_parameters"]["extra"] = Payload(marker)
     path = tmp_path / "evil.ckpt"
     torch.save(evil, path)
-    for module, args in (
-        ("seq2seq.inspect", [str(path)]),
-        ("seq2seq.translate", ["--ckpt", str(path), "1 2"]),
+    for main, args in (
+        (inspect_cli.main, [str(path)]),
+        (translate_cli.main, ["--ckpt", str(path), "1 2"]),
     ):
-        result = run_module(module, *args)
-        assert result.returncode == 1
-        assert "refusing to load" in result.stderr and "could run code" in result.stderr
+        assert main(args) == 1
+        err = capsys.readouterr().err
+        assert "refusing to load" in err and "could run code" in err
         assert not marker.exists()
 
 

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import csv
 import json
-import subprocess
-import sys
 from pathlib import Path
 
-from helpers import ROOT, compose_train
+import pytest
+from helpers import compose_train, run_train_cli
 
 from train import train
 
@@ -40,13 +39,12 @@ def test_same_seed_gives_the_same_metrics_step_by_step(tmp_path: Path, data_dir:
     assert rows_a != rows_c  # and the seed does matter
 
 
-def test_sweep_writes_a_summary_of_every_job(tmp_path: Path, data_dir: Path) -> None:
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "train.py"), "-m", "debug=fdr", "model.net.num_heads=1,2",
-         "seed=0,1", f"paths.data_dir={data_dir}", *QUICK[:3]],
-        cwd=tmp_path, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr[-2000:]
+def test_sweep_writes_a_summary_of_every_job(
+    tmp_path: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch, capfd
+) -> None:
+    args = ["-m", "debug=fdr", "model.net.num_heads=1,2", "seed=0,1"]
+    assert run_train_cli([*args, f"paths.data_dir={data_dir}", *QUICK[:3]], tmp_path,
+                         monkeypatch) == 0  # fmt: skip
     (sweep_dir,) = (tmp_path / "outputs" / "train" / "multiruns").iterdir()
     with open(sweep_dir / "sweep_summary.csv") as f:
         rows = list(csv.DictReader(f))
@@ -58,18 +56,16 @@ def test_sweep_writes_a_summary_of_every_job(tmp_path: Path, data_dir: Path) -> 
     assert all(r["status"] == "done" and float(r["test/exact_match"]) >= 0 for r in rows)
     for job in range(4):  # each job has its own directory and summary
         assert json.loads((sweep_dir / str(job) / "summary.json").read_text())["test"]
-    assert "Sweep summary" in result.stdout + result.stderr
+    assert "Sweep summary" in "".join(capfd.readouterr())
 
 
-def test_rerun_from_a_run_directory_gives_the_same_metrics(tmp_path: Path, data_dir: Path) -> None:
+def test_rerun_from_a_run_directory_gives_the_same_metrics(
+    tmp_path: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The README's rerun command: the composed config in <run>/.hydra is the whole recipe."""
 
     def run(*args: str) -> None:
-        result = subprocess.run(
-            [sys.executable, str(ROOT / "train.py"), *args],
-            cwd=tmp_path, capture_output=True, text=True, timeout=300,
-        )  # fmt: skip
-        assert result.returncode == 0, result.stderr[-2000:]
+        assert run_train_cli(list(args), tmp_path, monkeypatch) == 0
 
     run(*QUICK, "trainer.max_epochs=1", f"paths.data_dir={data_dir}")
     (first,) = (tmp_path / "outputs" / "train" / "runs").iterdir()

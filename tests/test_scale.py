@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from helpers import ROOT, compose_train, small_data
+from helpers import ROOT, compose_train, run_train_cli, small_data
 from hydra.utils import instantiate
 
 from train import train
@@ -145,14 +145,13 @@ def test_compiled_model_trains_on_the_cpu(
     assert seen[1][1] == pytest.approx(seen[0][1], abs=1e-4)
 
 
-def test_optuna_search_runs_trials_and_reports_the_best(tmp_path: Path, data_dir: Path) -> None:
+def test_optuna_search_runs_trials_and_reports_the_best(
+    tmp_path: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch, capfd
+) -> None:
     pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
-    result = run_cli(
-        tmp_path, data_dir, "-m", "hparams_search=optuna", "hydra.sweeper.n_trials=2",
-        "debug=fdr", *SMALL,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr[-2000:]
-    output = result.stdout + result.stderr
+    args = ["-m", "hparams_search=optuna", "hydra.sweeper.n_trials=2", "debug=fdr", *SMALL]
+    assert run_train_cli([*args, f"paths.data_dir={data_dir}"], tmp_path, monkeypatch) == 0
+    output = "".join(capfd.readouterr())
     assert "Best parameters: {'model.lr':" in output
     (sweep_dir,) = (tmp_path / "outputs" / "train" / "multiruns").iterdir()
     assert (sweep_dir / "optimization_results.yaml").exists()

@@ -54,9 +54,10 @@ def test_char_vocabulary_maps_unseen_characters_to_unk_and_keeps_specials_first(
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (("chars", None), r"kind must be one of \('char', 'word', 'bpe'\), got 'chars'"),
+        (("chars", None), "kind must be one of char, word, bpe, got 'chars'"),
         (("bpe", None), "vocab_size is needed for kind='bpe'"),
         (("word", 4), "vocab_size must exceed the 4 special tokens, got 4"),
+        (("word", "many"), "vocab_size must exceed the 4 special tokens, got 'many'"),
     ],
 )
 def test_bad_tokenizer_settings_fail_clearly(args: tuple, message: str) -> None:

@@ -19,6 +19,7 @@ import unicodedata
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from seq2seq import checks
 from seq2seq.data.vocab import SPECIALS, UNK, CharVocabulary, Vocabulary, strip_specials
 
 KINDS = ("char", "word", "bpe")
@@ -126,23 +127,28 @@ class LearnedTokenizer:
 Tokenizer = Vocabulary | LearnedTokenizer
 
 
+def check_tokenizer_settings(kind: Any, vocab_size: Any, min_frequency: Any) -> None:
+    """data.tokenizer's values, checked before any text is read."""
+    checks.choice("data.tokenizer.kind", kind, KINDS)
+    checks.integer("data.tokenizer.min_frequency", min_frequency, minimum=1)
+    if vocab_size is None:
+        if kind != "char":
+            raise ValueError(f"data.tokenizer.vocab_size is needed for kind={kind!r}, e.g. 8000")
+        return
+    if not checks.is_integer(vocab_size) or vocab_size <= len(SPECIALS):
+        raise ValueError(
+            f"data.tokenizer.vocab_size must exceed the {len(SPECIALS)} special tokens, "
+            f"got {checks.describe(vocab_size)}"
+        )
+
+
 def fit_tokenizer(
     kind: str, texts: Iterable[str], vocab_size: int | None = None, min_frequency: int = 1
 ) -> Tokenizer:
     """A tokenizer of the given kind fitted on texts (the training split)."""
-    if kind not in KINDS:
-        raise ValueError(f"data.tokenizer.kind must be one of {KINDS}, got {kind!r}")
-    if min_frequency < 1:
-        raise ValueError(f"data.tokenizer.min_frequency must be at least 1, got {min_frequency}")
-    if vocab_size is not None and vocab_size <= len(SPECIALS):
-        raise ValueError(
-            f"data.tokenizer.vocab_size must exceed the {len(SPECIALS)} special tokens, "
-            f"got {vocab_size}"
-        )
+    check_tokenizer_settings(kind, vocab_size, min_frequency)
     if kind == "char":
         return CharVocabulary.fit(texts, vocab_size, min_frequency)
-    if vocab_size is None:
-        raise ValueError(f"data.tokenizer.vocab_size is needed for kind={kind!r}, e.g. 8000")
     return LearnedTokenizer.fit(kind, texts, vocab_size, min_frequency)
 
 

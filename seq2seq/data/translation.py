@@ -21,7 +21,13 @@ from datasets import DatasetDict
 from seq2seq import checks
 from seq2seq.data.corpora import SPLITS
 from seq2seq.data.datamodule import Seq2SeqDataModule
-from seq2seq.data.tokenizer import Tokenizer, fit_tokenizer, load_tokenizer, save_tokenizer
+from seq2seq.data.tokenizer import (
+    Tokenizer,
+    check_tokenizer_settings,
+    fit_tokenizer,
+    load_tokenizer,
+    save_tokenizer,
+)
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +99,8 @@ class TranslationDataModule(Seq2SeqDataModule):
             "min_frequency": tokenizer.get("min_frequency", 1),
             "shared": bool(tokenizer.get("shared", False)),
         }
+        config = self.tokenizer_config
+        check_tokenizer_settings(config["kind"], config["vocab_size"], config["min_frequency"])
         self.max_length = max_length
         self.val_size, self.test_size, self.seed = val_size, test_size, seed
 

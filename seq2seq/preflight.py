@@ -1,0 +1,159 @@
+"""Checks of a composed run config, before anything is written or trained.
+
+`python train.py` runs them on the composed config before Hydra makes the run directory, so a
+typo on the command line fails with one line and leaves nothing behind; train(cfg) runs them
+again for callers that compose the config themselves (tests, notebooks). Each check names the
+setting, the value it got and what it needs (seq2seq.checks).
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from pathlib import Path
+from typing import Any
+
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from seq2seq import checks
+
+# What Lightning's Trainer takes as precision (lightning.fabric.connector's _PRECISION_INPUT,
+# a private name, so listed here).
+PRECISIONS = (
+    "32-true", "32", 32, "16-mixed", "16", 16, "bf16-mixed", "bf16", "16-true", "bf16-true",
+    "64-true", "64", 64, "transformer-engine", "transformer-engine-float16",
+)  # fmt: skip
+MAX_TIME = re.compile(r"^\d+:\d{1,2}:\d{1,2}:\d{1,2}$")  # DD:HH:MM:SS
+
+
+def check_config(cfg: DictConfig) -> Any:
+    """Every value of the run config that can be checked without reading data; returns the
+    (not yet set up) data module, which a bad data value fails to construct."""
+    check_model_config(cfg.model)
+    check_trainer_config(cfg.trainer)
+    checkpoint_to_resume(cfg)
+    if not cfg.train and not cfg.get("ckpt_path"):
+        raise ValueError("train=false needs a checkpoint to evaluate: add ckpt_path=PATH")
+    datamodule = instantiate(cfg.data)
+    if cfg.train:
+        check_model_fits_data(cfg.model.net.max_positions, datamodule)
+    return datamodule
+
+
+def check_model_config(model: DictConfig) -> None:
+    """The module's and the model's checks, on the config alone (vocabulary sizes aside)."""
+    from seq2seq.model import ModelConfig
+    from seq2seq.module import Seq2SeqModule, check_hyperparameters
+
+    given = OmegaConf.to_container(model, resolve=True)
+    parameters = inspect.signature(Seq2SeqModule.__init__).parameters
+    values = {k: p.default for k, p in parameters.items() if p.default is not p.empty}
+    values.update({k: v for k, v in given.items() if not k.startswith("_")})
+    check_hyperparameters(values)
+    ModelConfig(src_vocab_size=8, tgt_vocab_size=8, **values["net"])
+
+
+def check_model_fits_data(max_positions: Any, datamodule: Any) -> None:
+    needed = datamodule.longest_sequence
+    if max_positions < needed:
+        raise ValueError(
+            f"model.net.max_positions={max_positions} is below the {needed} positions the "
+            f"data needs (max_length {datamodule.max_length} + <bos>/<eos>): raise "
+            "model.net.max_positions or lower the data's max length"
+        )
+
+
+def check_trainer_config(trainer: DictConfig) -> None:
+    """The Trainer settings a user types most, checked as the model's and data's are
+    (Lightning itself would fail on most of them with a traceback, some only mid-run)."""
+
+    def value(key: str) -> Any:
+        return trainer.get(key)  # resolves this key alone (default_root_dir needs Hydra's run)
+
+    for key in ("max_epochs", "max_steps"):
+        steps = value(key)
+        if steps is not None and not (checks.is_integer(steps) and (steps >= 1 or steps == -1)):
+            raise ValueError(
+                f"trainer.{key} must be a positive integer, or -1 for no limit, got "
+                f"{checks.describe(steps)}"
+            )
+    for key in ("min_epochs", "min_steps"):
+        if value(key) is not None:
+            checks.integer(f"trainer.{key}", value(key), minimum=0)
+    max_time = value("max_time")
+    if max_time is not None and not (isinstance(max_time, str) and MAX_TIME.match(max_time)):
+        raise ValueError(
+            "trainer.max_time must be a duration DD:HH:MM:SS (e.g. 00:00:30:00 for 30 "
+            f"minutes), got {checks.describe(max_time)}"
+        )
+    _check_devices(value("devices"))
+    if value("precision") not in PRECISIONS:
+        raise ValueError(
+            "trainer.precision must be one of 32-true, 16-mixed, bf16-mixed, 16-true, "
+            f"bf16-true, 64-true, got {checks.describe(value('precision'))}"
+        )
+    for key in ("accumulate_grad_batches", "log_every_n_steps", "num_nodes"):
+        if value(key) is not None:
+            checks.integer(f"trainer.{key}", value(key), minimum=1)
+    if value("check_val_every_n_epoch") is not None:
+        checks.integer("trainer.check_val_every_n_epoch", value("check_val_every_n_epoch"), 1)
+    if value("gradient_clip_val") is not None:
+        checks.number("trainer.gradient_clip_val", value("gradient_clip_val"), low=0)
+    interval = value("val_check_interval")
+    if interval is not None and not _batches_or_fraction(interval, zero=False):
+        raise ValueError(
+            "trainer.val_check_interval must be a fraction of an epoch in (0, 1] or a "
+            f"number of batches >= 1, got {checks.describe(interval)}"
+        )
+    for stage in ("train", "val", "test"):
+        limit = value(f"limit_{stage}_batches")
+        if limit is not None and not _batches_or_fraction(limit, zero=True):
+            raise ValueError(
+                f"trainer.limit_{stage}_batches must be a fraction of the batches in [0, 1] or "
+                f"a number of batches >= 0, got {checks.describe(limit)}"
+            )
+
+
+def checkpoint_to_resume(cfg: DictConfig) -> str | None:
+    """ckpt_path, or the last checkpoint of the run directory given as resume."""
+    path = cfg.get("ckpt_path")
+    if cfg.get("resume"):
+        if path:
+            raise ValueError("give resume=RUN_DIR or ckpt_path=PATH, not both")
+        path = str(Path(cfg.resume) / "checkpoints" / "last.ckpt")
+    if path and not Path(path).is_file():
+        raise ValueError(f"checkpoint {path} does not exist: check ckpt_path or resume")
+    return path
+
+
+def check_run_dir_is_new(run_dir: Path, resuming: bool) -> None:
+    """A run never overwrites, or silently continues, another run's checkpoints."""
+    earlier = sorted((run_dir / "checkpoints").glob("*.ckpt"))
+    if earlier and not resuming:
+        raise ValueError(
+            f"the output directory {run_dir} already holds checkpoints of a run "
+            f"({', '.join(p.name for p in earlier)}): continue it with resume={run_dir}, "
+            "or start a new run in another directory (hydra.run.dir=PATH)"
+        )
+
+
+def _check_devices(devices: Any) -> None:
+    ok = devices == "auto" or (checks.is_integer(devices) and (devices >= 1 or devices == -1))
+    if isinstance(devices, str) and re.fullmatch(r"\d+(,\d+)*,?", devices.replace(" ", "")):
+        ok = True  # "0,1": those GPU indices
+    if isinstance(devices, (list, tuple)) or OmegaConf.is_list(devices):
+        ok = len(devices) > 0 and all(checks.is_integer(d) and d >= 0 for d in devices)
+    if not ok:
+        raise ValueError(
+            "trainer.devices must be a positive integer, -1 (all), auto, or a list of device "
+            f"indices such as [0,1], got {checks.describe(devices)}"
+        )
+
+
+def _batches_or_fraction(value: Any, zero: bool) -> bool:
+    if checks.is_integer(value):
+        return value >= (0 if zero else 1)
+    if isinstance(value, float):
+        return (value >= 0 if zero else value > 0) and value <= 1
+    return False
