@@ -79,9 +79,13 @@ class InterruptCheckpoint(Callback):
             self._save(trainer, "SIGTERM")  # it came outside a training batch
 
     def _restore_handler(self) -> None:
-        if self._previous_handler is not None:
+        # Only if ours is still in place: stopping, Lightning ignores further Ctrl-C itself.
+        if (
+            self._previous_handler is not None
+            and signal.getsignal(signal.SIGINT) == self._on_ctrl_c
+        ):
             signal.signal(signal.SIGINT, self._previous_handler)
-            self._previous_handler = None
+        self._previous_handler = None
 
     def _save(self, trainer: Any, what: str) -> None:
         trainer.save_checkpoint(self.ckpt_path)

@@ -154,6 +154,29 @@ def test_a_signal_saves_a_last_checkpoint_that_resumes_exactly(
     assert_resumed_exactly(run_dir, step, uninterrupted)
 
 
+def test_ctrl_c_asks_to_stop_after_the_batch_and_a_second_stops_at_once(tmp_path: Path) -> None:
+    import signal as signals
+    from types import SimpleNamespace
+
+    from seq2seq.callbacks import InterruptCheckpoint
+
+    callback = InterruptCheckpoint(str(tmp_path))
+    trainer = SimpleNamespace(world_size=1, received_sigterm=False)
+    callback.on_train_start(trainer, None)
+    try:
+        assert signals.getsignal(signals.SIGINT) == callback._on_ctrl_c
+        signals.raise_signal(signals.SIGINT)  # the first Ctrl-C only asks
+        assert callback._ctrl_c
+        with pytest.raises(KeyboardInterrupt):
+            signals.raise_signal(signals.SIGINT)  # the second stops now
+    finally:
+        callback.teardown(trainer, None, "fit")
+    assert signals.getsignal(signals.SIGINT) is signals.default_int_handler
+    # Under DDP the ranks would stop at different batches: Lightning's own handling stays.
+    callback.on_train_start(SimpleNamespace(world_size=2, received_sigterm=False), None)
+    assert signals.getsignal(signals.SIGINT) is signals.default_int_handler
+
+
 def test_resume_from_a_missing_checkpoint_fails_clearly(tmp_path: Path, data_dir: Path) -> None:
     cfg = compose_train(tmp_path, data_dir, [f"resume={tmp_path / 'nowhere'}"])
     with pytest.raises(ValueError, match=r"nowhere/checkpoints/last\.ckpt does not exist"):
