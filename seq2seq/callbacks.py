@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -99,3 +100,116 @@ class InterruptCheckpoint(Callback):
 
     def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
         self._restore_handler()  # the file is the run's last.ckpt: keep it
+
+
+class TimeBudget(Callback):
+    """Makes `trainer.max_time` the budget of the whole run: the learning-rate schedule decays
+    to its end at the moment training stops, and training stops early enough for a last
+    validation, checkpoint and test to finish within the budget.
+
+    Lightning's own Timer (which `max_time` creates) stops training when the time is up,
+    whatever the schedule, with no validation after its last one and the test after the
+    deadline. This callback stops first: once the training time reaches the budget less a
+    reserve, it sets `trainer.should_stop`, on which Lightning validates (and the checkpoint
+    callbacks save) before fit ends. The reserve is what the final validation and the test are
+    expected to take, with a margin: the last validation's duration, plus the test split's share
+    of it (its pairs over the pairs validation decodes, times the beam size); before the first
+    validation it is a tenth of the budget. The schedule reads `progress()`, training time over
+    the time to that stop, so the decay ends where training does. The elapsed time is
+    Lightning's Timer's, which checkpoints save, so a resumed run keeps its budget.
+
+    Inactive (progress() is None) without trainer.max_time.
+    """
+
+    def __init__(self) -> None:
+        self._timer: Any = None
+        self._budget: float | None = None
+        self._validation_seconds: float | None = None
+        self._test_share = 1.0
+        self._validation_started: float | None = None
+        self._progress = 0.0
+        self._stopped_at: int | None = None
+        self._train_seconds: float | None = None
+
+    @property
+    def active(self) -> bool:
+        return self._budget is not None
+
+    def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
+        from lightning.pytorch.callbacks import Timer
+
+        self._timer = next((c for c in trainer.callbacks if isinstance(c, Timer)), None)
+        self._budget = getattr(self._timer, "_duration", None)
+        self._progress, self._stopped_at = 0.0, None
+        if self.active:
+            self._test_share = _test_share(trainer, pl_module)
+            log.info(
+                "Time budget %.0f s: the schedule ends, and the last validation, checkpoint and "
+                "test run, within it", self._budget,
+            )  # fmt: skip
+
+    def reserve(self) -> float:
+        """Seconds kept for the final validation and the test."""
+        assert self._budget is not None
+        if self._validation_seconds is None:
+            return 0.1 * self._budget
+        # A quarter more than the estimate, and for saving checkpoints, loading the best one
+        # and starting the test (about half a second on 2 CPU cores with the tiny model),
+        # 1 s and 1% of the budget.
+        estimate = self._validation_seconds * (1 + self._test_share)
+        return 1.25 * estimate + 1.0 + 0.01 * self._budget
+
+    def progress(self) -> float | None:
+        """Training time so far over the time training may take (0 to 1, never decreasing),
+        or None without a budget."""
+        if not self.active:
+            return None
+        usable = max(self._budget - self.reserve(), 1e-9)
+        self._progress = max(self._progress, min(1.0, self._timer.time_elapsed("train") / usable))
+        return self._progress
+
+    def on_validation_epoch_start(self, trainer: Any, pl_module: Any) -> None:
+        self._validation_started = time.monotonic()
+
+    def on_validation_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+        if self._validation_started is not None and not trainer.sanity_checking:
+            self._validation_seconds = time.monotonic() - self._validation_started
+
+    def on_train_batch_end(self, trainer: Any, *args: Any, **kwargs: Any) -> None:
+        if not self.active or self._stopped_at is not None:
+            return
+        if not trainer.strategy.broadcast(self.progress() >= 1.0):  # rank 0's clock decides
+            return
+        trainer.should_stop = True  # Lightning validates, then fit ends
+        self._stopped_at = trainer.global_step
+        if trainer.is_global_zero:
+            log.info(
+                "Time budget: training stops at step %d after %.1f s, keeping %.1f s of %.0f s "
+                "for the last validation, checkpoint and test",
+                trainer.global_step, self._timer.time_elapsed("train"), self.reserve(),
+                self._budget,
+            )  # fmt: skip
+
+    def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+        if self.active:
+            self._train_seconds = self._timer.time_elapsed("train")
+
+    def on_test_end(self, trainer: Any, pl_module: Any) -> None:
+        # The training time as fit ended: testing a checkpoint restores the Timer's state
+        # saved in it, so asking the Timer now would count the training up to that checkpoint.
+        if self.active and self._train_seconds is not None and trainer.is_global_zero:
+            used = self._train_seconds + self._timer.time_elapsed("test")
+            log.info("Time budget: used %.1f s of %.0f s", used, self._budget)
+
+
+def _test_share(trainer: Any, pl_module: Any) -> float:
+    """The test's expected duration as a multiple of one validation's: decoded pairs, beam."""
+    splits = getattr(trainer.datamodule, "splits", None)
+    if not splits:
+        return 1.0
+    limit = pl_module.hparams.get("val_decode_limit")
+    decoded_in_validation = len(splits["validation"])
+    if limit is not None:
+        decoded_in_validation = min(decoded_in_validation, limit)
+    beam = max(1, pl_module.hparams.get("beam_size", 1))
+    return len(splits["test"]) / max(decoded_in_validation, 1) * beam

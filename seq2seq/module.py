@@ -24,6 +24,7 @@ from torchmetrics.classification import MulticlassAccuracy
 from torchmetrics.text import CharErrorRate, CHRFScore, SacreBLEUScore
 
 from seq2seq import checks
+from seq2seq.callbacks import TimeBudget
 from seq2seq.data.tokenizer import tokenizer_from_dict
 from seq2seq.decoding import beam_search, greedy_decode, max_decode_length
 from seq2seq.model import ModelConfig, Seq2SeqTransformer
@@ -68,17 +69,22 @@ def check_hyperparameters(hp: dict[str, Any]) -> None:
 
 
 def lr_lambda(
-    schedule: str, warmup_steps: int, total_steps: Callable[[], int], min_lr_ratio: float
+    schedule: str,
+    warmup_steps: int,
+    total_steps: Callable[[], float],
+    min_lr_ratio: float,
+    time_progress: Callable[[], float | None] | None = None,
 ) -> Callable[[int], float]:
     """Multiplier of the peak learning rate at optimizer step `step` (0-based).
 
     Linear warmup over warmup_steps, then inverse square root (Vaswani et al.), cosine down to
-    min_lr_ratio at total_steps(), or constant. total_steps is asked only when the cosine needs
-    it, after the warmup.
+    min_lr_ratio at the end of training, or constant. The end is total_steps() (asked only when
+    the cosine needs it, after the warmup; inf without a step limit) or, with a time budget,
+    when time_progress() reaches 1 (callbacks.TimeBudget), whichever comes first.
     """
 
     @functools.cache
-    def total() -> int:
+    def total() -> float:
         return total_steps()
 
     def factor(step: int) -> float:
@@ -89,6 +95,9 @@ def lr_lambda(
         if schedule == "cosine":
             done = step - warmup_steps
             progress = 0.0 if done <= 0 else min(1.0, done / max(1, total() - warmup_steps))
+            by_time = time_progress() if time_progress is not None else None
+            if by_time is not None:
+                progress = max(progress, by_time)
             return min_lr_ratio + (1 - min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
         return 1.0
 
@@ -378,10 +387,13 @@ class Seq2SeqModule(L.LightningModule):
         # Not estimated_stepping_batches right here: asking for it now loads the train loader
         # before Lightning restores a checkpoint's loader state, and a mid-epoch resume would
         # then start a fresh shuffle. Asked lazily, it is first needed after the restore.
-        def total() -> int:
-            return int(self.trainer.estimated_stepping_batches)
+        def total() -> float:
+            return float(self.trainer.estimated_stepping_batches)  # inf: no step limit
 
-        factor = lr_lambda(hp.schedule, hp.warmup_steps, total, hp.min_lr_ratio)
+        callbacks = self._trainer.callbacks if self._trainer is not None else []
+        budget = next((c for c in callbacks if isinstance(c, TimeBudget)), None)
+        progress = budget.progress if budget is not None else None
+        factor = lr_lambda(hp.schedule, hp.warmup_steps, total, hp.min_lr_ratio, progress)
         # interval "step": stepped once per optimizer step, so right under gradient accumulation.
         scheduler = {"scheduler": LambdaLR(optimizer, factor), "interval": "step"}
         return {"optimizer": optimizer, "lr_scheduler": scheduler}

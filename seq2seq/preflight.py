@@ -24,7 +24,7 @@ PRECISIONS = (
     "32-true", "32", 32, "16-mixed", "16", 16, "bf16-mixed", "bf16", "16-true", "bf16-true",
     "64-true", "64", 64, "transformer-engine", "transformer-engine-float16",
 )  # fmt: skip
-MAX_TIME = re.compile(r"^\d+:\d{1,2}:\d{1,2}:\d{1,2}$")  # DD:HH:MM:SS
+MAX_TIME = re.compile(r"^\d+:\d\d:\d\d:\d\d$")  # DD:HH:MM:SS, as Lightning parses it
 
 
 def check_config(cfg: DictConfig) -> Any:

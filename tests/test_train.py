@@ -4,6 +4,7 @@ checkpoints reload, the command line works, bad config values fail early and cle
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 from pathlib import Path
 
@@ -246,3 +247,46 @@ def test_a_briefly_trained_model_translates_numbers_from_their_source(
         > CHRFScore(n_word_order=0)(blind, targets) + 0.3
     )
     assert CharErrorRate()(hypotheses, references) < CharErrorRate()(blind, references) - 0.3
+
+
+def test_the_cosine_ends_at_the_step_limit_or_the_time_budget_whichever_comes_first() -> None:
+    from seq2seq.module import lr_lambda
+
+    clock = {"progress": 0.0}
+    cosine = lr_lambda("cosine", 10, lambda: float("inf"), 0.1, lambda: clock["progress"])
+    assert cosine(500) == pytest.approx(1.0)  # no step limit, no time spent: the peak
+    clock["progress"] = 0.5
+    assert cosine(20) == pytest.approx(0.55)  # half the time: half way down
+    clock["progress"] = 1.0
+    assert cosine(20) == pytest.approx(0.1)  # the budget is spent: the end
+    steps = lr_lambda("cosine", 10, lambda: 110.0, 0.1, lambda: 0.0)
+    assert steps(110) == pytest.approx(0.1)  # the step limit came first
+    assert lr_lambda("cosine", 10, lambda: 110.0, 0.1, lambda: None)(60) == pytest.approx(0.55)
+
+
+def test_a_time_budget_ends_the_schedule_and_leaves_time_to_validate_and_test(
+    tmp_path: Path, data_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    budget = 12
+    overrides = [
+        "data.train_size=2000", "data.val_size=200", "data.test_size=200",
+        f"trainer.max_time=00:00:00:{budget}", "trainer.max_epochs=-1",
+        "trainer.log_every_n_steps=1", "model.schedule=cosine", "model.min_lr_ratio=0.1",
+    ]  # fmt: skip
+    cfg = compose_train(tmp_path, data_dir, overrides)
+    with caplog.at_level("INFO"):
+        summary = train(cfg)
+    used = float(caplog.text.split("Time budget: used ")[1].split(" s")[0])  # Lightning's Timer
+    assert used <= budget  # the last validation and the test ran within the budget
+    with open(Path(cfg.paths.output_dir) / "csv" / "version_0" / "metrics.csv") as f:
+        rows = list(csv.DictReader(f))
+    lrs = [float(r["lr-AdamW/pg1"]) for r in rows if r.get("lr-AdamW/pg1")]
+    decay = lrs[cfg.model.warmup_steps :]
+    assert all(b <= a + 1e-12 for a, b in itertools.pairwise(decay))
+    assert lrs[-1] == pytest.approx(cfg.model.lr * 0.1, rel=0.01)  # the end, at the stop
+    last_step = max(int(r["step"]) for r in rows if r.get("train/loss_step"))
+    final = torch.load(summary["last_checkpoint"], weights_only=True)["global_step"]
+    assert final == last_step + 1  # saved after the last step
+    validated = [int(r["step"]) for r in rows if r.get("val/exact_match")]
+    assert validated[-1] >= last_step  # a validation after the last step, mid-epoch too
+    assert summary["test"]["test/exact_match"] >= 0
