@@ -89,7 +89,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     if resume_from:
         check_same_model(resume_from, module)
     if cfg.train:
-        check_output_dir(Path(cfg.paths.output_dir), module, resuming=resume_from is not None)
+        resuming = resume_from is not None
+        check_output_dir(Path(cfg.paths.output_dir), module, resuming, cfg.average_last)
 
     callbacks = instantiate_group(cfg.get("callbacks"), "callback")
     loggers = instantiate_group(cfg.get("logger"), "logger")
@@ -102,17 +103,21 @@ def train(cfg: DictConfig) -> dict[str, Any]:
 
     try:
         test_metrics: dict[str, float] = {}
-        best = last = None
+        best = last = tested = averaged = None
         if cfg.train:
             trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from)
             # Read now: testing restores the callbacks' state as the best checkpoint saved it.
             best = _best_checkpoint(trainer)
+            if cfg.average_last:
+                run_dir = Path(cfg.paths.output_dir)
+                averaged = average_last_checkpoints(run_dir, cfg.average_last, trainer)
             last_file = Path(cfg.paths.output_dir) / "checkpoints" / "last.ckpt"
             last = str(last_file) if last_file.is_file() else None
+            tested = averaged or best
             if best is None:
                 log.warning("No checkpoint was saved; testing the weights in memory")
         if cfg.test:
-            results = trainer.test(module, datamodule=datamodule, ckpt_path=best)
+            results = trainer.test(module, datamodule=datamodule, ckpt_path=tested)
             test_metrics = {k: float(v) for k, v in (results[0] if results else {}).items()}
     finally:
         for logger in loggers:
@@ -122,6 +127,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         "run_dir": str(Path(cfg.paths.output_dir)),
         "best_checkpoint": best if cfg.train else cfg.ckpt_path,
         "last_checkpoint": last,
+        "averaged_checkpoint": averaged,  # with average_last: the checkpoint tested
         "test": test_metrics,
     }
     if trainer.is_global_zero:
@@ -149,7 +155,7 @@ def check_same_model(path: str, module: Any) -> None:
             )
 
 
-def check_output_dir(output_dir: Path, module: Any, resuming: bool) -> None:
+def check_output_dir(output_dir: Path, module: Any, resuming: bool, average_last: int) -> None:
     """Fail before training, not at the first checkpoint, when checkpoints cannot be written
     or would overwrite another run's."""
     import shutil
@@ -167,9 +173,10 @@ def check_output_dir(output_dir: Path, module: Any, resuming: bool) -> None:
             "make it writable or choose another with hydra.run.dir=PATH"
         ) from None
     # A checkpoint holds the weights and AdamW's two moments; best and last are kept, and a
-    # third is written beside one of them before it replaces it.
+    # third is written beside one of them before it replaces it. average_last keeps that many
+    # more of the weights alone, one more while it replaces the oldest, and their average.
     weights = sum(p.numel() * p.element_size() for p in module.parameters())
-    need = 9 * weights + 16 * 2**20
+    need = (9 + (average_last + 2 if average_last else 0)) * weights + 16 * 2**20
     free = shutil.disk_usage(output_dir).free
     if free < need:
         raise ValueError(
@@ -220,9 +227,31 @@ def _report(summary: dict[str, Any], datamodule: Any) -> None:
         log.info("Inspect with:    python -m seq2seq.inspect %s", ckpt)
 
 
+def average_last_checkpoints(run_dir: Path, n: int, trainer: Any) -> str | None:
+    """The average of the run's last n validation checkpoints (fewer if it validated fewer
+    times), written beside them by rank 0; None if there are none."""
+    from seq2seq.average import RECENT, write_average
+
+    paths = sorted((run_dir / "checkpoints").glob(RECENT))[-n:]
+    if not paths:
+        log.warning("average_last=%d: no validation checkpoints; testing the best one", n)
+        return None
+    if len(paths) < n:
+        log.warning("average_last=%d: only %d validations; averaging those", n, len(paths))
+    out = run_dir / "checkpoints" / f"average-last{len(paths)}.ckpt"
+    if trainer.is_global_zero:
+        write_average(paths, out)
+        log.info("Averaged the last %d validation checkpoints into %s", len(paths), out)
+    trainer.strategy.barrier()
+    return str(out)
+
+
 def _best_checkpoint(trainer: Any) -> str | None:
-    """The best checkpoint of the callback that ranks by a metric (the others keep last.ckpt)."""
-    ranked = [c for c in trainer.checkpoint_callbacks if getattr(c, "monitor", None)]
+    """The best checkpoint of the callback that ranks by a metric (the others keep last.ckpt,
+    or the most recent by step)."""
+    ranked = [
+        c for c in trainer.checkpoint_callbacks if getattr(c, "monitor", None) not in (None, "step")
+    ]
     return next((c.best_model_path for c in ranked if c.best_model_path), None)
 
 

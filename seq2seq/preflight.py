@@ -33,6 +33,7 @@ def check_config(cfg: DictConfig) -> Any:
     check_model_config(cfg.model)
     check_trainer_config(cfg.trainer)
     checkpoint_to_resume(cfg)
+    checks.integer("average_last", cfg.get("average_last", 0), minimum=0)
     if not cfg.train and not cfg.get("ckpt_path"):
         raise ValueError("train=false needs a checkpoint to evaluate: add ckpt_path=PATH")
     datamodule = instantiate(cfg.data)

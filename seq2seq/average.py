@@ -1,0 +1,129 @@
+"""Average the weights of checkpoints of one run: a cheap ensemble that usually scores better
+than any one of them (Vaswani et al. averaged the last 5 or 20; fairseq, OpenNMT-py and JoeyNMT
+ship the same tool).
+
+    python -m seq2seq.average a.ckpt b.ckpt c.ckpt --out avg.ckpt
+    python -m seq2seq.average --last 5 outputs/train/runs/<run>      # its newest 5 recent-*.ckpt
+
+The average loads wherever a checkpoint does: translate, inspect and `train=false` evaluation.
+It holds the weights (the mean of each floating-point tensor), the newest checkpoint's
+hyperparameters, vocabularies and run config, and the list of files averaged; no optimizer
+state, so a run cannot be resumed from it. A run keeps the checkpoints of its last N
+validations with `average_last=N`, and then tests their average.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from seq2seq.checkpoint import CheckpointError, load_checkpoint
+
+RECENT = "recent-step*.ckpt"  # configs/callbacks/default.yaml: recent_checkpoints
+
+
+def recent_checkpoints(run_dir: str | Path, n: int) -> list[Path]:
+    """The newest n checkpoints the run kept at its validations (oldest first)."""
+    found = sorted((Path(run_dir) / "checkpoints").glob(RECENT))
+    if n < 1:
+        raise ValueError(f"--last must be at least 1, got {n}")
+    if len(found) < n:
+        raise ValueError(
+            f"{run_dir} has {len(found)} checkpoint(s) of its last validations ({RECENT}), not "
+            f"{n}: train with average_last={n} to keep them, or give the checkpoints by name"
+        )
+    return found[-n:]
+
+
+def average_checkpoints(paths: Sequence[str | Path]) -> dict[str, Any]:
+    """A checkpoint whose weights are the mean of the given checkpoints' weights."""
+    if not paths:
+        raise ValueError("give at least one checkpoint to average")
+    checkpoints = [load_checkpoint(path) for path in paths]
+    first, newest = checkpoints[0], max(checkpoints, key=lambda c: c.get("global_step", 0))
+    for path, checkpoint in zip(paths[1:], checkpoints[1:], strict=True):
+        _check_same_model(paths[0], first, path, checkpoint)
+    state: dict[str, torch.Tensor] = {}
+    for key, tensor in first["state_dict"].items():
+        tensors = [c["state_dict"][key] for c in checkpoints]
+        if tensor.is_floating_point():
+            # Summed in float64: the mean of many bf16 or fp16 tensors keeps its precision.
+            mean = torch.stack([t.double() for t in tensors]).mean(0)
+            state[key] = mean.to(tensor.dtype)
+        else:  # integer buffers (counters, masks) are the newest checkpoint's
+            state[key] = newest["state_dict"][key]
+    averaged = {
+        key: newest[key]
+        for key in ("epoch", "global_step", "pytorch-lightning_version", "hyper_parameters")
+        if key in newest
+    }
+    averaged["run_config"] = newest.get("run_config")
+    averaged["state_dict"] = state
+    averaged["averaged_from"] = [str(Path(p).resolve()) for p in paths]
+    return averaged
+
+
+def _check_same_model(path_a: Any, a: dict, path_b: Any, b: dict) -> None:
+    hp_a, hp_b = a["hyper_parameters"], b["hyper_parameters"]
+    for key in ("net", "src_vocab", "tgt_vocab"):
+        if hp_a.get(key) != hp_b.get(key):
+            raise CheckpointError(
+                f"{path_a} and {path_b} are of different models (their {key} differs): "
+                "average checkpoints of one run"
+            )
+    if a["state_dict"].keys() != b["state_dict"].keys():
+        raise CheckpointError(f"{path_a} and {path_b} hold different tensors")
+
+
+def write_average(paths: Sequence[str | Path], out: str | Path) -> Path:
+    out = Path(out)
+    if out.resolve() in {Path(p).resolve() for p in paths}:
+        raise ValueError(f"--out {out} is one of the checkpoints to average: choose a new file")
+    averaged = average_checkpoints(paths)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    partial = out.with_name(out.name + ".part")  # whole or not at all, as Lightning saves
+    torch.save(averaged, partial)
+    partial.replace(out)
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m seq2seq.average",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("paths", nargs="+", help="checkpoints, or with --last one run directory")
+    parser.add_argument("--last", type=int, help="average the run's newest N recent-*.ckpt")
+    parser.add_argument("--out", help="the averaged checkpoint (with --last: "
+                        "RUN_DIR/checkpoints/average-lastN.ckpt)")  # fmt: skip
+    parser.add_argument("--debug", action="store_true", help="show the traceback of an error")
+    args = parser.parse_args(argv)
+    try:
+        if args.last is not None:
+            if len(args.paths) != 1:
+                raise ValueError(f"--last takes one run directory, got {len(args.paths)} paths")
+            paths: list[Any] = recent_checkpoints(args.paths[0], args.last)
+            default = Path(args.paths[0]) / "checkpoints" / f"average-last{args.last}.ckpt"
+            out = args.out or default
+        else:
+            if args.out is None:
+                raise ValueError("give the file to write: --out FILE")
+            paths, out = args.paths, args.out
+        written = write_average(paths, out)
+    except ValueError as error:  # CheckpointError included
+        if args.debug:
+            raise
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    print(f"averaged {len(paths)} checkpoints into {written}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
