@@ -24,6 +24,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from seq2seq.preflight import check_config, check_run_dir_is_new, checkpoint_to_resume
+from seq2seq.score import signatures
 
 log = logging.getLogger("train")
 # Absolute, so Hydra finds it when train.py is imported (tests call cli() and main() in-process).
@@ -129,6 +130,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         "last_checkpoint": last,
         "averaged_checkpoint": averaged,  # with average_last: the checkpoint tested
         "test": test_metrics,
+        # How BLEU and chrF were computed (sacreBLEU's signatures), here and in the CSV.
+        "signatures": signatures(module.hparams.bleu_tokenize),
     }
     if trainer.is_global_zero:
         _report(summary, datamodule)
@@ -219,12 +222,19 @@ def _report(summary: dict[str, Any], datamodule: Any) -> None:
     log.info("Run directory:   %s", run_dir)
     log.info("Best checkpoint: %s", summary["best_checkpoint"])
     for name, value in summary["test"].items():
-        log.info("%-16s %.4f", name + ":", value)
+        signature = summary["signatures"].get(name.split("/")[-1])
+        log.info("%-16s %.4f%s", name + ":", value, f"  ({signature})" if signature else "")
     ckpt = summary["best_checkpoint"] or summary["last_checkpoint"]
     if ckpt:
         example = datamodule.src_vocab.decode(datamodule.splits["test"][0]["src_ids"])
         log.info('Translate with:  python -m seq2seq.translate --ckpt %s "%s"', ckpt, example)
         log.info("Inspect with:    python -m seq2seq.inspect %s", ckpt)
+    hypotheses = run_dir / "test_hypotheses.txt"
+    if hypotheses.is_file():
+        log.info(
+            "Re-score with:   python -m seq2seq.score %s %s", hypotheses,
+            run_dir / "test_references.txt",
+        )  # fmt: skip
 
 
 def average_last_checkpoints(run_dir: Path, n: int, trainer: Any) -> str | None:

@@ -68,6 +68,7 @@ def report(path: str) -> dict[str, Any]:
         },
         "best_metric": best,
         "last_metrics": checkpoint.get("metrics", {}),
+        "metric_signatures": checkpoint.get("metric_signatures", {}),  # sacreBLEU's
         "run_config": checkpoint.get("run_config"),
     }
 
@@ -88,8 +89,10 @@ def print_report(info: dict[str, Any]) -> None:
     print("\nmetrics")
     for name, value in info["best_metric"].items():
         print(f"  best {name:<20} {value:.4f}")
+    signatures = info["metric_signatures"]
     for name, value in sorted(info["last_metrics"].items()):
-        print(f"  last {name:<20} {value:.4f}")
+        signature = signatures.get(name.split("/")[-1])
+        print(f"  last {name:<20} {value:.4f}" + (f"  ({signature})" if signature else ""))
     print("\nrun config (as composed by Hydra)")
     if info["run_config"] is None:
         print("  (not saved in this checkpoint)")

@@ -21,18 +21,18 @@ from torch import Tensor
 from torch.optim.lr_scheduler import LambdaLR
 from torchmetrics import MeanMetric, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
-from torchmetrics.text import CharErrorRate, CHRFScore, SacreBLEUScore
+from torchmetrics.text import CharErrorRate
 
 from seq2seq import checks
 from seq2seq.callbacks import TimeBudget
 from seq2seq.data.tokenizer import tokenizer_from_dict
 from seq2seq.decoding import beam_search, greedy_decode, max_decode_length
 from seq2seq.model import ModelConfig, Seq2SeqTransformer
+from seq2seq.score import BLEU_TOKENIZERS, corpus_scores, signatures
 
 log = logging.getLogger(__name__)
 
 SCHEDULES = ("inverse_sqrt", "cosine", "constant")
-BLEU_TOKENIZERS = ("13a", "char", "intl", "none")
 NONFINITE_LOSS = ("stop", "skip")
 
 
@@ -169,6 +169,9 @@ class Seq2SeqModule(L.LightningModule):
         self.model = Seq2SeqTransformer(self.config)
         # The composed run config, set by train.py and saved in every checkpoint for inspect.
         self.run_config: dict[str, Any] | None = None
+        # The decoded texts of the current validation and test epochs, for BLEU and chrF.
+        self._texts: dict[str, list[tuple[str, str, str]]] = {"val": [], "test": []}
+        self._signatures_logged = False
         # One collection per stage, so their states never mix (val_metrics, test_metrics, ...).
         self.train_metrics = self._metrics("train")
         self.val_metrics = self._metrics("val")
@@ -189,8 +192,8 @@ class Seq2SeqModule(L.LightningModule):
         else:
             # From greedy (test: beam) decoding, on detokenised text for the text metrics.
             metrics["exact_match"] = MeanMetric()
-            metrics["bleu"] = SacreBLEUScore(tokenize=self.hparams.bleu_tokenize)
-            metrics["chrf"] = CHRFScore(n_word_order=0)  # chrF as sacreBLEU reports it (not chrF++)
+            # BLEU and chrF come from sacreBLEU itself, on the texts of the whole epoch
+            # (_log_epoch, seq2seq.score), so each carries its signature.
             metrics["cer"] = CharErrorRate()
         return MetricCollection(metrics, prefix=f"{stage}/", compute_groups=False)
 
@@ -234,6 +237,18 @@ class Seq2SeqModule(L.LightningModule):
             f"update; {kept}. Lower model.lr, raise model.warmup_steps, or set "
             "model.on_nonfinite_loss=skip"
         )
+
+    def on_validation_start(self) -> None:
+        self._log_signatures_once()
+
+    def on_test_start(self) -> None:
+        self._log_signatures_once()
+
+    def _log_signatures_once(self) -> None:
+        if not self._signatures_logged and self.trainer.is_global_zero:
+            sig = signatures(self.hparams.bleu_tokenize)
+            log.info("BLEU and chrF are sacreBLEU's: BLEU %s; chrF %s", sig["bleu"], sig["chrf"])
+        self._signatures_logged = True
 
     def on_train_end(self) -> None:
         if getattr(self, "_skipped", 0):
@@ -289,9 +304,9 @@ class Seq2SeqModule(L.LightningModule):
         )
         hypotheses = [self.tgt_vocab.decode(row) for row in predictions.tolist()]
         references = [self.tgt_vocab.decode(row) for row in batch["labels"].tolist()]
-        metrics[f"{stage}/bleu"].update(hypotheses, [[r] for r in references])
-        metrics[f"{stage}/chrf"].update(hypotheses, [[r] for r in references])
         metrics[f"{stage}/cer"].update(hypotheses, references)
+        sources = [self.src_vocab.decode(row) for row in batch["src"].tolist()]
+        self._texts[stage].extend(zip(hypotheses, references, sources, strict=True))
         if stage == "val":
             self._val_decoded += batch["src"].size(0)
             if batch_idx == 0:
@@ -306,8 +321,40 @@ class Seq2SeqModule(L.LightningModule):
     def _log_epoch(self, stage: str) -> None:
         metrics = self._stage_metrics(stage)
         # compute() already reduces across processes (torchmetrics syncs its states).
-        self.log_dict(metrics.compute(), prog_bar=stage == "val")
+        values = metrics.compute()
         metrics.reset()
+        if stage != "train":
+            rows = self._gather_texts(stage)
+            if rows:
+                hypotheses, references, _ = zip(*rows, strict=True)
+                scores = corpus_scores(hypotheses, references, self.hparams.bleu_tokenize)
+                values |= {f"{stage}/{name}": score["score"] for name, score in scores.items()}
+            if stage == "test" and self.trainer.is_global_zero:
+                self._write_test_texts(rows)
+        self.log_dict(values, prog_bar=stage == "val")
+
+    def _gather_texts(self, stage: str) -> list[tuple[str, str, str]]:
+        """(hypothesis, reference, source) of every pair the stage decoded, on every process,
+        in the split's order; cleared for the next epoch."""
+        rows, self._texts[stage] = self._texts[stage], []
+        world = self.trainer.world_size
+        if world > 1 and torch.distributed.is_available() and torch.distributed.is_initialized():
+            shares: list[Any] = [None] * world
+            torch.distributed.all_gather_object(shares, rows)
+            # The samplers deal pair i to process i % world: deal them back.
+            rows = [s[i] for i in range(max(map(len, shares))) for s in shares if i < len(s)]
+            if stage == "test":  # the share evened out by repeating the first pairs
+                rows = rows[: len(self.trainer.test_dataloaders.dataset)]
+        return rows
+
+    def _write_test_texts(self, rows: list[tuple[str, str, str]]) -> None:
+        """test_hypotheses.txt, test_references.txt and test_sources.txt in the run directory,
+        one line a pair in the test split's order, for `python -m seq2seq.score`."""
+        run_dir = Path(self.trainer.default_root_dir)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        for index, name in enumerate(("hypotheses", "references", "sources")):
+            lines = "".join(row[index].replace("\n", " ") + "\n" for row in rows)
+            (run_dir / f"test_{name}.txt").write_text(lines, encoding="utf-8")
 
     def greedy(self, src: Tensor) -> Tensor:
         """(B, S) source ids -> (B, L) greedy predictions (EOS, then padding)."""
@@ -328,6 +375,7 @@ class Seq2SeqModule(L.LightningModule):
             checkpoint["run_config"] = self.run_config
         metrics = self.trainer.callback_metrics
         checkpoint["metrics"] = {name: float(value) for name, value in metrics.items()}
+        checkpoint["metric_signatures"] = signatures(self.hparams.bleu_tokenize)
         # Lightning does not save random states; dropout after a resume must draw what an
         # uninterrupted run would have drawn.
         checkpoint["rng_states"] = {"torch": torch.get_rng_state()}

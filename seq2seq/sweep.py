@@ -34,6 +34,8 @@ def collect(sweep_dir: Path) -> list[dict[str, Any]]:
             summary = json.loads(summary_file.read_text())
             row["status"] = "done"
             row.update(summary.get("test", {}))
+            for name, signature in summary.get("signatures", {}).items():
+                row[f"{name}_signature"] = signature  # how BLEU and chrF were computed
             row["best_checkpoint"] = summary.get("best_checkpoint")
         else:
             row["status"] = "failed"  # no summary: the job raised or was stopped
@@ -41,11 +43,14 @@ def collect(sweep_dir: Path) -> list[dict[str, Any]]:
     return rows
 
 
+SIGNATURES = ("bleu_signature", "chrf_signature")
+
+
 def write_summary(sweep_dir: Path) -> list[dict[str, Any]]:
     rows = collect(sweep_dir)
     columns = ["job", "overrides", "status"]
-    columns += sorted({k for r in rows for k in r} - {*columns, "best_checkpoint"})
-    columns += ["best_checkpoint"]
+    columns += sorted({k for r in rows for k in r} - {*columns, *SIGNATURES, "best_checkpoint"})
+    columns += [*SIGNATURES, "best_checkpoint"]
     with open(sweep_dir / "sweep_summary.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=columns)
         writer.writeheader()
@@ -55,7 +60,8 @@ def write_summary(sweep_dir: Path) -> list[dict[str, Any]]:
 
 def format_table(rows: list[dict[str, Any]]) -> str:
     metrics = sorted(
-        {k for r in rows for k in r} - {"job", "overrides", "status", "best_checkpoint"}
+        {k for r in rows for k in r}
+        - {"job", "overrides", "status", "best_checkpoint", *SIGNATURES}
     )
     header = ["job", "overrides", "status", *metrics]
     cells = [
@@ -66,6 +72,9 @@ def format_table(rows: list[dict[str, Any]]) -> str:
     widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(header)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True))]
     lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in cells]
+    for column in SIGNATURES:
+        for signature in sorted({r[column] for r in rows if r.get(column)}):
+            lines.append(f"{column.split('_')[0]}: sacreBLEU {signature}")
     return "\n".join(lines)
 
 

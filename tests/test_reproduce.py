@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from helpers import compose_train, run_train_cli
 
+from seq2seq.score import signatures
 from train import train
 
 QUICK = [
@@ -54,9 +55,13 @@ def test_sweep_writes_a_summary_of_every_job(
         f"debug=fdr model.net.num_heads={h} seed={s} {common}" for h in (1, 2) for s in (0, 1)
     }
     assert all(r["status"] == "done" and float(r["test/exact_match"]) >= 0 for r in rows)
+    assert {r["bleu_signature"] for r in rows} == {signatures("13a")["bleu"]}
+    assert {r["chrf_signature"] for r in rows} == {signatures("13a")["chrf"]}
     for job in range(4):  # each job has its own directory and summary
         assert json.loads((sweep_dir / str(job) / "summary.json").read_text())["test"]
-    assert "Sweep summary" in "".join(capfd.readouterr())
+    output = "".join(capfd.readouterr())
+    assert "Sweep summary" in output
+    assert f"bleu: sacreBLEU {signatures('13a')['bleu']}" in output
 
 
 def test_rerun_from_a_run_directory_gives_the_same_metrics(

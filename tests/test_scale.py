@@ -82,10 +82,15 @@ def test_ddp_on_two_cpu_processes_matches_one_process(tmp_path: Path, data_dir: 
     # evaluating the same checkpoint on the same split gets the same numbers.
     data = [o for o in LEARN if o.startswith("data.")]
     evaluate = ["train=false", f"ckpt_path={summary['best_checkpoint']}", "logger=none", *data]
-    alone = train(compose_train(tmp_path / "eval", data_dir, evaluate))["test"]
+    evaluation = train(compose_train(tmp_path / "eval", data_dir, evaluate))
+    alone = evaluation["test"]
     assert alone["test/exact_match"] < 1.0  # so the halves differ, and the check means something
     for name, value in alone.items():
         assert ddp_test[name] == pytest.approx(value, rel=1e-5, abs=1e-6), name
+    # The test texts the run wrote are the whole split, in order, as one process writes them.
+    for name in ("hypotheses", "references", "sources"):
+        written = (runs[0] / f"test_{name}.txt").read_text()
+        assert written == (Path(evaluation["run_dir"]) / f"test_{name}.txt").read_text(), name
 
     # And training on two processes learns what one process learns.
     single = train(compose_train(tmp_path / "single", data_dir, [*LEARN, "data.batch_size=64"]))
