@@ -286,6 +286,80 @@ def test_datamodule_drops_and_counts_empty_and_long_pairs_and_splits_off_missing
     assert not test_sources & {tuple(ids) for ids in datamodule.splits["train"]["src_ids"]}
 
 
+def hygiene_datamodule(tmp_path: Path, rows: list[str], **kwargs) -> TranslationDataModule:
+    path = write(tmp_path / "pairs.tsv", "src\ttgt\n" + "".join(r + "\n" for r in rows))
+    args = dict(
+        tokenizer={"kind": "char"},
+        max_length=40,
+        batch_size=8,
+        num_workers=0,
+        data_dir=str(tmp_path / "data"),
+        val_size=10,
+        test_size=20,
+        seed=3,
+        dedupe=True,
+    )  # fmt: skip  (as configs/data/parallel_files.yaml)
+    corpus = kwargs.pop("corpus", None) or ParallelFiles(train={"file": str(path)})
+    return TranslationDataModule(corpus, **{**args, **kwargs})
+
+
+# 60 source sentences with 1-3 translations each (as in Tatoeba), and 5 pairs given twice.
+MANY = [
+    f"sentence {i}\t{t} {i}" for i in range(60) for t in ("phrase", "Satz", "frase")[: 1 + i % 3]
+]
+MANY += MANY[:5]
+
+
+def test_duplicate_pairs_are_dropped_and_counted(tmp_path: Path, caplog) -> None:
+    with caplog.at_level(logging.WARNING):
+        datamodule = hygiene_datamodule(tmp_path, MANY)
+        datamodule.setup("fit")
+    assert f"train: dropped 5 duplicate pairs of {len(MANY)}" in caplog.text
+    assert sum(len(ds) for ds in datamodule.splits.values()) == len(MANY) - 5
+
+
+@pytest.mark.parametrize("split_by", ["source", "pair"])
+def test_split_by_source_keeps_every_source_on_one_side(
+    split_by: str, tmp_path: Path, caplog
+) -> None:
+    with caplog.at_level(logging.INFO):
+        datamodule = hygiene_datamodule(tmp_path, MANY, split_by=split_by)
+        datamodule.setup("fit")
+    sources = {
+        split: {datamodule.src_vocab.decode(ids) for ids in ds["src_ids"]}
+        for split, ds in datamodule.splits.items()
+    }
+    shared = (sources["validation"] | sources["test"]) & sources["train"]
+    if split_by == "source":
+        assert not shared and not sources["validation"] & sources["test"]
+        assert len(datamodule.splits["test"]) >= 20 and len(datamodule.splits["validation"]) >= 10
+        assert "have a source sentence that training also has" not in caplog.text
+    else:  # drawn pair by pair, some translations of a test source stay in training
+        assert shared
+        assert "pairs have a source sentence that training also has" in caplog.text
+    assert sum(len(ds) for ds in datamodule.splits.values()) == len(MANY) - 5
+
+
+def test_given_splits_that_share_sources_with_training_are_counted(tmp_path: Path, caplog) -> None:
+    train = write(
+        tmp_path / "train.tsv", "src\ttgt\n" + "".join(f"s{i}\tt{i}\n" for i in range(30))
+    )
+    held = write(tmp_path / "held.tsv", "src\ttgt\ns1\tother\ns99\tt99\n")
+    corpus = ParallelFiles(train={"file": str(train)}, validation={"file": str(held)},
+                           test={"file": str(held)})  # fmt: skip
+    with caplog.at_level(logging.WARNING):
+        hygiene_datamodule(tmp_path, [], corpus=corpus).setup("fit")
+    assert "test: 1 of 2 pairs have a source sentence that training also has" in caplog.text
+
+
+def test_lengths_are_reported_per_split(tmp_path: Path, caplog) -> None:
+    rows = ["ab\tabcd", "abcdef\tabc"] * 1 + [f"x{i}\ty{i}y" for i in range(40)]
+    with caplog.at_level(logging.INFO):
+        hygiene_datamodule(tmp_path, rows, val_size=5, test_size=5).setup("fit")
+    line = next(r for r in caplog.text.splitlines() if "train: " in r and "source tokens" in r)
+    assert "32 pairs; source tokens mean" in line and "target/source" in line
+
+
 def test_unknown_validation_characters_are_counted_in_the_log(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -2,10 +2,14 @@
 
 corpus.load()          text pairs per split (corpora.py), cached by datasets
 drop empty pairs       counted in the log
-split off              validation / test the corpus lacks, from train, with the seed
+drop duplicate pairs   the same source and target twice in a split (dedupe), counted
+split off              validation / test the corpus lacks, from train, with the seed: all pairs
+                       of one source sentence on one side (split_by=source) or pairs (pair)
+check overlap          sources of validation and test also in train: counted in the log
 fit tokenizers         on the training split (cached under data_dir/tokenizers)
 tokenize               ids and lengths, cached by datasets
 drop long pairs        longer than max_length tokens on either side, counted in the log
+report lengths         tokens per sentence and the target/source ratio, per split, in the log
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import random
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +36,8 @@ from seq2seq.data.tokenizer import (
 
 log = logging.getLogger(__name__)
 
+SPLIT_BY = ("source", "pair")
+
 
 def _non_empty(example: dict[str, str]) -> bool:
     return bool(example["src"]) and bool(example["tgt"])
@@ -38,6 +45,73 @@ def _non_empty(example: dict[str, str]) -> bool:
 
 def _within(example: dict[str, Any], max_length: int) -> bool:
     return max(len(example["src_ids"]), len(example["tgt_ids"])) <= max_length
+
+
+def _drop_duplicates(dataset: Any, split: str) -> Any:
+    """The first of each (source, target) pair that occurs more than once; the rest counted."""
+    seen: set[tuple[str, str]] = set()
+    keep = []
+    for index, pair in enumerate(zip(dataset["src"], dataset["tgt"], strict=True)):
+        if pair not in seen:
+            seen.add(pair)
+            keep.append(index)
+    if len(keep) < len(dataset):
+        log.warning(
+            "%s: dropped %d duplicate pairs of %d", split, len(dataset) - len(keep), len(dataset)
+        )
+        dataset = dataset.select(keep)
+    return dataset
+
+
+def _split_by_source(train: Any, size: int, seed: int) -> tuple[Any, Any]:
+    """(rest, held out): held out has every pair of source sentences drawn with the seed
+    until it holds at least size pairs; no source is on both sides."""
+    sources = train["src"]
+    distinct = sorted(set(sources))
+    random.Random(seed).shuffle(distinct)
+    rows: dict[str, list[int]] = {}
+    for index, source in enumerate(sources):
+        rows.setdefault(source, []).append(index)
+    held: list[int] = []
+    for source in distinct:
+        if len(held) >= size:
+            break
+        held += rows[source]
+    held_set = set(held)
+    rest = [i for i in range(len(sources)) if i not in held_set]
+    return train.select(rest), train.select(sorted(held))
+
+
+def _log_overlap(splits: DatasetDict) -> None:
+    """Validation and test sources that training also has: the model may have seen them."""
+    train_sources = set(splits["train"]["src"])
+    for split in ("validation", "test"):
+        sources = splits[split]["src"]
+        seen = sum(source in train_sources for source in sources)
+        if seen:
+            log.warning(
+                "%s: %d of %d pairs have a source sentence that training also has "
+                "(their scores read high; data.split_by=source keeps them apart)",
+                split, seen, len(sources),
+            )  # fmt: skip
+
+
+def length_report(dataset: Any) -> str:
+    """Pairs, tokens per sentence (mean, 95th percentile, max) a side, and the mean
+    target/source length ratio, of a tokenized split."""
+    src = [len(ids) for ids in dataset["src_ids"]]
+    tgt = [len(ids) for ids in dataset["tgt_ids"]]
+
+    def side(lengths: list[int]) -> str:
+        ordered = sorted(lengths)
+        p95 = ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))]
+        return f"mean {sum(lengths) / len(lengths):.1f}, 95% <= {p95}, max {ordered[-1]}"
+
+    ratio = sum(t / max(s, 1) for s, t in zip(src, tgt, strict=True)) / len(src)
+    return (
+        f"{len(src)} pairs; source tokens {side(src)}; target tokens {side(tgt)}; "
+        f"target/source {ratio:.2f}"
+    )
 
 
 def _count_unknown(batch: dict[str, list], unk_id: int) -> dict[str, list[int]]:
@@ -57,6 +131,11 @@ class TranslationDataModule(Seq2SeqDataModule):
         val_size, test_size: pairs split off the training data when the corpus has no
             validation or test split.
         seed: of that split.
+        split_by: "source": a split-off validation or test split takes every pair of the
+            source sentences it draws, so no source is in both training and test (a corpus
+            with several translations of one sentence otherwise tests on seen sources);
+            "pair": pairs drawn one by one.
+        dedupe: drop pairs that occur twice in a split (same source and target), counted.
         batch_size, num_workers, data_dir, pin_memory, bucket, max_tokens, pool_batches: as
             in Seq2SeqDataModule.
     """
@@ -72,6 +151,8 @@ class TranslationDataModule(Seq2SeqDataModule):
         val_size: int = 1000,
         test_size: int = 1000,
         seed: int = 0,
+        split_by: str = "source",
+        dedupe: bool = False,
         pin_memory: bool = False,
         bucket: bool = True,
         max_tokens: int | None = None,
@@ -103,6 +184,8 @@ class TranslationDataModule(Seq2SeqDataModule):
         check_tokenizer_settings(config["kind"], config["vocab_size"], config["min_frequency"])
         self.max_length = max_length
         self.val_size, self.test_size, self.seed = val_size, test_size, seed
+        self.split_by = checks.choice("data.split_by", split_by, SPLIT_BY)
+        self.dedupe = checks.choice("data.dedupe", dedupe, (True, False))
 
     def load_splits(self) -> DatasetDict:
         # The tokenizers are fitted on the training text, so they exist from here on.
@@ -130,6 +213,7 @@ class TranslationDataModule(Seq2SeqDataModule):
                     f"the {split} split has no pair of at most data.max_length={self.max_length} "
                     "tokens: raise data.max_length"
                 )
+            log.info("%s: %s", split, length_report(kept[split]))
         return DatasetDict(kept)
 
     def _log_unknown(self, splits: DatasetDict) -> None:
@@ -153,7 +237,11 @@ class TranslationDataModule(Seq2SeqDataModule):
             dropped = len(dataset) - len(text[split])
             if dropped:
                 log.warning("%s: dropped %d empty pairs of %d", split, dropped, len(dataset))
-        return self._split_off(DatasetDict(text))
+            if self.dedupe:
+                text[split] = _drop_duplicates(text[split], split)
+        split = self._split_off(DatasetDict(text))
+        _log_overlap(split)
+        return split
 
     def _split_off(self, text: DatasetDict) -> DatasetDict:
         """Validation and test splits the corpus lacks, taken from train with the seed."""
@@ -167,9 +255,15 @@ class TranslationDataModule(Seq2SeqDataModule):
                     f"lower data.{'val' if split == 'validation' else 'test'}_size or give "
                     f"data.corpus.{split} files"
                 )
-            parts = train.train_test_split(test_size=size, seed=self.seed, shuffle=True)
-            text["train"], text[split] = parts["train"], parts["test"]
-            log.info("%s: split %d pairs off the training data (seed %d)", split, size, self.seed)
+            if self.split_by == "source":
+                text["train"], text[split] = _split_by_source(train, size, self.seed)
+            else:
+                parts = train.train_test_split(test_size=size, seed=self.seed, shuffle=True)
+                text["train"], text[split] = parts["train"], parts["test"]
+            log.info(
+                "%s: split %d pairs off the training data (by %s, seed %d)",
+                split, len(text[split]), self.split_by, self.seed,
+            )  # fmt: skip
         for split in SPLITS:
             if len(text[split]) == 0:
                 raise ValueError(f"the {split} split is empty: give data with pairs in it")
