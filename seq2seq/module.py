@@ -27,6 +27,7 @@ from seq2seq import checks
 from seq2seq.callbacks import TimeBudget
 from seq2seq.data.tokenizer import tokenizer_from_dict
 from seq2seq.decoding import beam_search, greedy_decode, max_decode_length
+from seq2seq.doctor import Doctor
 from seq2seq.model import ModelConfig, Seq2SeqTransformer
 from seq2seq.score import BLEU_TOKENIZERS, corpus_scores, signatures
 
@@ -170,7 +171,8 @@ class Seq2SeqModule(L.LightningModule):
         # The composed run config, set by train.py and saved in every checkpoint for inspect.
         self.run_config: dict[str, Any] | None = None
         # The decoded texts of the current validation and test epochs, for BLEU and chrF.
-        self._texts: dict[str, list[tuple[str, str, str]]] = {"val": [], "test": []}
+        self._texts: dict[str, list[tuple[str, str, str, bool]]] = {"val": [], "test": []}
+        self.doctor = Doctor()  # degenerate outputs at each validation, in the log and metrics
         self._signatures_logged = False
         # One collection per stage, so their states never mix (val_metrics, test_metrics, ...).
         self.train_metrics = self._metrics("train")
@@ -306,7 +308,8 @@ class Seq2SeqModule(L.LightningModule):
         references = [self.tgt_vocab.decode(row) for row in batch["labels"].tolist()]
         metrics[f"{stage}/cer"].update(hypotheses, references)
         sources = [self.src_vocab.decode(row) for row in batch["src"].tolist()]
-        self._texts[stage].extend(zip(hypotheses, references, sources, strict=True))
+        ended = (predictions == v.eos_id).any(1).tolist()  # False: cut at the length limit
+        self._texts[stage].extend(zip(hypotheses, references, sources, ended, strict=True))
         if stage == "val":
             self._val_decoded += batch["src"].size(0)
             if batch_idx == 0:
@@ -326,16 +329,27 @@ class Seq2SeqModule(L.LightningModule):
         if stage != "train":
             rows = self._gather_texts(stage)
             if rows:
-                hypotheses, references, _ = zip(*rows, strict=True)
+                hypotheses, references, _, ended = zip(*rows, strict=True)
                 scores = corpus_scores(hypotheses, references, self.hparams.bleu_tokenize)
                 values |= {f"{stage}/{name}": score["score"] for name, score in scores.items()}
+                if stage == "val" and not self.trainer.sanity_checking:
+                    values |= self._consult_doctor(hypotheses, references, ended, values)
             if stage == "test" and self.trainer.is_global_zero:
                 self._write_test_texts(rows)
         self.log_dict(values, prog_bar=stage == "val")
 
-    def _gather_texts(self, stage: str) -> list[tuple[str, str, str]]:
-        """(hypothesis, reference, source) of every pair the stage decoded, on every process,
-        in the split's order; cleared for the next epoch."""
+    def _consult_doctor(self, hypotheses, references, ended, values) -> dict[str, float]:
+        """The doctor's metrics of this validation; what looks wrong goes to the log."""
+        loss, bleu = float(values["val/loss"]), float(values["val/bleu"])
+        metrics, warnings = self.doctor.diagnose(hypotheses, references, ended, loss, bleu)
+        if self.trainer.is_global_zero:
+            for warning in warnings:
+                log.warning("validation at step %d: %s", self.global_step, warning)
+        return {f"val/{name}": value for name, value in metrics.items()}
+
+    def _gather_texts(self, stage: str) -> list[tuple[str, str, str, bool]]:
+        """(hypothesis, reference, source, ended) of every pair the stage decoded, on every
+        process, in the split's order; cleared for the next epoch."""
         rows, self._texts[stage] = self._texts[stage], []
         world = self.trainer.world_size
         if world > 1 and torch.distributed.is_available() and torch.distributed.is_initialized():
@@ -347,7 +361,7 @@ class Seq2SeqModule(L.LightningModule):
                 rows = rows[: len(self.trainer.test_dataloaders.dataset)]
         return rows
 
-    def _write_test_texts(self, rows: list[tuple[str, str, str]]) -> None:
+    def _write_test_texts(self, rows: list[tuple[str, str, str, bool]]) -> None:
         """test_hypotheses.txt, test_references.txt and test_sources.txt in the run directory,
         one line a pair in the test split's order, for `python -m seq2seq.score`."""
         run_dir = Path(self.trainer.default_root_dir)
