@@ -229,6 +229,10 @@ def _report(summary: dict[str, Any], datamodule: Any) -> None:
         example = datamodule.src_vocab.decode(datamodule.splits["test"][0]["src_ids"])
         log.info('Translate with:  python -m seq2seq.translate --ckpt %s "%s"', ckpt, example)
         log.info("Inspect with:    python -m seq2seq.inspect %s", ckpt)
+    if (run_dir / "csv").is_dir():
+        from seq2seq.curves import write_curves
+
+        log.info("Curves:          %s", write_curves(run_dir))
     hypotheses = run_dir / "test_hypotheses.txt"
     if hypotheses.is_file():
         log.info(

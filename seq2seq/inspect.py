@@ -4,6 +4,7 @@
     python -m seq2seq.inspect best.ckpt --json          # the same as JSON
     python -m seq2seq.inspect best.ckpt --attention "3 1 4 1 5" --out attn.png
     python -m seq2seq.inspect a.ckpt b.ckpt --diff      # which config values and tensors differ
+    python -m seq2seq.inspect RUN_DIR --curves          # RUN_DIR/curves.png: loss, lr, metrics
 
 Checkpoints are read with torch.load(weights_only=True): a file holding arbitrary Python
 objects is refused before anything in it runs.
@@ -21,6 +22,7 @@ from typing import Any
 import torch
 
 from seq2seq.checkpoint import load_checkpoint, load_module, module_from_checkpoint
+from seq2seq.curves import write_curves
 from seq2seq.data.tokenizer import clean
 
 # Not the standard library's `inspect`: run as `python -m seq2seq.inspect`.
@@ -131,7 +133,8 @@ def diff(path_a: str, path_b: str) -> list[str]:
 
 
 def plot_attention(path: str, text: str, out: str) -> int:
-    """Decode text greedily, then draw the decoder's attention while it reads its output."""
+    """Decode text greedily, then draw the encoder's attention over the source and the
+    decoder's while it reads its output."""
     from seq2seq.attention import capture_attention
     from seq2seq.plots import attention_figure
 
@@ -151,6 +154,10 @@ def plot_attention(path: str, text: str, out: str) -> int:
     figure = attention_figure(
         cross=[maps[f"decoder.layers.{i}.cross_attn"][0] for i in layers],
         self_attn=[maps[f"decoder.layers.{i}.self_attn"][0] for i in layers],
+        encoder=[
+            maps[f"encoder.layers.{i}.self_attn"][0]
+            for i in range(module.config.num_encoder_layers)
+        ],
         source_tokens=[vocab_in.token_label(i) for i in src[0].tolist()],
         output_tokens=[vocab_out.token_label(i) for i in tgt_in[0].tolist()],
         title=f"{text!r} -> {vocab_out.decode(output)!r}",
@@ -166,10 +173,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("checkpoints", nargs="+", help="one checkpoint, or two with --diff")
+    parser.add_argument(
+        "checkpoints", nargs="+", help="one checkpoint, two with --diff, a run dir with --curves"
+    )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--attention", metavar="TEXT", help="draw attention while decoding TEXT")
-    parser.add_argument("--out", default="attention.png", help="where --attention writes")
+    parser.add_argument("--curves", action="store_true", help="draw a run's training curves")
+    parser.add_argument(
+        "--out", help="where --attention (attention.png) or --curves (RUN_DIR/curves.png) writes"
+    )
     parser.add_argument("--diff", action="store_true", help="compare two checkpoints")
     parser.add_argument("--debug", action="store_true", help="show an error's traceback")
     args = parser.parse_args(argv)
@@ -179,8 +191,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.diff:
             lines = diff(*args.checkpoints)
             print("\n".join(lines) if lines else "no differences")
+        elif args.curves:
+            out = write_curves(args.checkpoints[0], args.out)
+            print(f"training curves: {out}")
         elif args.attention is not None:
-            return plot_attention(args.checkpoints[0], args.attention, args.out)
+            return plot_attention(args.checkpoints[0], args.attention, args.out or "attention.png")
         elif args.json:
             print(json.dumps(report(args.checkpoints[0]), indent=2))
         else:

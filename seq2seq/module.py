@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import logging
 import math
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from torchmetrics.text import CharErrorRate
 
 from seq2seq import checks
 from seq2seq.callbacks import TimeBudget
+from seq2seq.curves import TIME
 from seq2seq.data.tokenizer import tokenizer_from_dict
 from seq2seq.decoding import beam_search, greedy_decode, max_decode_length
 from seq2seq.doctor import Doctor
@@ -173,6 +175,8 @@ class Seq2SeqModule(L.LightningModule):
         # The decoded texts of the current validation and test epochs, for BLEU and chrF.
         self._texts: dict[str, list[tuple[str, str, str, bool]]] = {"val": [], "test": []}
         self.doctor = Doctor()  # degenerate outputs at each validation, in the log and metrics
+        self._train_seconds = 0.0  # training time of earlier starts (a resumed run)
+        self._train_started = time.monotonic()
         self._signatures_logged = False
         # One collection per stage, so their states never mix (val_metrics, test_metrics, ...).
         self.train_metrics = self._metrics("train")
@@ -279,7 +283,12 @@ class Seq2SeqModule(L.LightningModule):
         padded = (batch["src"] == pad).sum() + (batch["tgt_in"] == pad).sum()
         self.train_metrics["train/padding"].update(padded / positions, weight=positions)
         self.log("train/loss_step", loss, prog_bar=True, batch_size=batch["src"].size(0))
+        # Training time, for curves against time (seq2seq.curves); restored on resume.
+        self.log(TIME, self._train_seconds + time.monotonic() - self._train_started)
         return loss
+
+    def on_train_start(self) -> None:
+        self._train_started = time.monotonic()
 
     def on_train_epoch_end(self) -> None:
         self._log_epoch("train")
@@ -390,6 +399,7 @@ class Seq2SeqModule(L.LightningModule):
         metrics = self.trainer.callback_metrics
         checkpoint["metrics"] = {name: float(value) for name, value in metrics.items()}
         checkpoint["metric_signatures"] = signatures(self.hparams.bleu_tokenize)
+        checkpoint["train_seconds"] = self._train_seconds + time.monotonic() - self._train_started
         # Lightning does not save random states; dropout after a resume must draw what an
         # uninterrupted run would have drawn.
         checkpoint["rng_states"] = {"torch": torch.get_rng_state()}
@@ -400,6 +410,7 @@ class Seq2SeqModule(L.LightningModule):
         # Applied at the next training batch, the point where the saving run stood: Lightning
         # still sets up loaders and loops between this hook and then.
         self._rng_to_restore = checkpoint.get("rng_states")
+        self._train_seconds = float(checkpoint.get("train_seconds", 0.0))
 
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
         states = self.__dict__.pop("_rng_to_restore", None) or {}

@@ -1,4 +1,5 @@
-"""Attention heat maps with matplotlib: one panel per layer and head."""
+"""Attention heat maps with matplotlib: one panel per layer and head (encoder self-attention,
+cross-attention, decoder self-attention)."""
 
 from __future__ import annotations
 
@@ -13,25 +14,30 @@ def attention_figure(
     source_tokens: Sequence[str],
     output_tokens: Sequence[str],
     title: str = "",
+    encoder: Sequence[Tensor] = (),
 ):
-    """A figure of decoder attention for one example.
+    """A figure of the attention of one example.
 
     Args:
         cross: per decoder layer, the cross-attention weights (H, T, S).
         self_attn: per decoder layer, the decoder self-attention weights (H, T, T).
         source_tokens: the S source token labels; output_tokens: the T decoder input labels
             (BOS and the generated tokens, each row predicting the next).
+        encoder: per encoder layer, the encoder self-attention weights (H, S, S).
 
     Returns:
-        A matplotlib Figure: the cross-attention layers on top, then the self-attention layers;
-        one column per head, each panel with token labels, and one shared colour bar.
+        A matplotlib Figure: the encoder's self-attention layers on top, then the
+        cross-attention layers, then the decoder's self-attention layers; one column per head,
+        each panel with token labels, and one shared colour bar.
     """
     import matplotlib
 
     matplotlib.use("Agg")  # files, not windows: works with no display
     import matplotlib.pyplot as plt
 
-    layers = [("cross-attention", w) for w in cross] + [("self-attention", w) for w in self_attn]
+    layers = [("encoder self-attention", w) for w in encoder]
+    layers += [("cross-attention", w) for w in cross] + [("self-attention", w) for w in self_attn]
+    first = {kind: next(i for i, (k, _) in enumerate(layers) if k == kind) for kind, _ in layers}
     heads = layers[0][1].size(0)
     cell = 0.32
     width = max(3.0, cell * max(len(source_tokens), len(output_tokens)) + 1.2)
@@ -45,8 +51,10 @@ def attention_figure(
     )
     image = None
     for row, (kind, weights) in enumerate(layers):
-        layer = row if kind == "cross-attention" else row - len(cross)
-        keys = source_tokens if kind == "cross-attention" else output_tokens
+        layer = row - first[kind]
+        keys = output_tokens if kind == "self-attention" else source_tokens
+        queries = source_tokens if kind == "encoder self-attention" else output_tokens
+        query_label = "source" if kind == "encoder self-attention" else "decoder input"
         for head in range(heads):
             ax = axes[row][head]
             image = ax.imshow(
@@ -54,10 +62,10 @@ def attention_figure(
             )
             ax.set_title(f"{kind}, layer {layer}, head {head}", fontsize=9)
             ax.set_xticks(range(len(keys)), labels=keys, rotation=90, fontsize=8)
-            ax.set_yticks(range(len(output_tokens)), labels=output_tokens, fontsize=8)
-            ax.set_xlabel("source" if kind == "cross-attention" else "decoder input", fontsize=8)
+            ax.set_yticks(range(len(queries)), labels=queries, fontsize=8)
+            ax.set_xlabel("decoder input" if kind == "self-attention" else "source", fontsize=8)
             if head == 0:
-                ax.set_ylabel("decoder input", fontsize=8)
+                ax.set_ylabel(query_label, fontsize=8)
     fig.colorbar(image, ax=axes, shrink=0.6, label="attention probability")
     if title:
         fig.suptitle(title)

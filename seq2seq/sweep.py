@@ -18,6 +18,8 @@ from typing import Any
 import yaml
 from hydra.experimental.callback import Callback
 
+from seq2seq.curves import write_sweep_curves
+
 log = logging.getLogger(__name__)
 
 
@@ -88,3 +90,8 @@ class SweepSummary(Callback):
         rows = write_summary(sweep_dir)
         if rows:
             log.info("Sweep summary (%s):\n%s", sweep_dir / "sweep_summary.csv", format_table(rows))
+        jobs = sorted((d for d in sweep_dir.iterdir() if d.is_dir() and d.name.isdigit()),
+                      key=lambda d: int(d.name))  # fmt: skip
+        curves = write_sweep_curves(jobs, sweep_dir / "sweep_curves.png")
+        if curves:
+            log.info("Every job's curves: %s", curves)

@@ -141,20 +141,31 @@ def test_inspect_attention_writes_a_heat_map(trained: Trained, tmp_path: Path, c
     out = tmp_path / "attn.png"
     assert inspect_cli.main([ckpt(trained), "--attention", "3 1 4", "--out", str(out)]) == 0
     net = trained[1].model.net
-    panels = 2 * net.num_decoder_layers * net.num_heads  # cross- and self-attention
+    # encoder self-attention, cross-attention and decoder self-attention
+    panels = (net.num_encoder_layers + 2 * net.num_decoder_layers) * net.num_heads
     assert f"{panels} heat maps" in capsys.readouterr().out
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_attention_figure_has_a_labelled_panel_per_layer_and_head() -> None:
+    encoder = [torch.rand(3, 5, 5).softmax(-1) for _ in range(3)]
     cross = [torch.rand(3, 4, 5).softmax(-1) for _ in range(2)]
     self_attn = [torch.rand(3, 4, 4).softmax(-1) for _ in range(2)]
-    figure = attention_figure(cross, self_attn, list("abcde"), list("wxyz"), title="t")
+    figure = attention_figure(
+        cross, self_attn, list("abcde"), list("wxyz"), title="t", encoder=encoder
+    )
     panels = [ax for ax in figure.axes if ax.get_label() != "<colorbar>"]
-    assert len(panels) == 12 and len(figure.axes) == 13  # plus one colour bar
-    assert [t.get_text() for t in panels[0].get_xticklabels()] == list("abcde")
-    assert [t.get_text() for t in panels[-1].get_xticklabels()] == list("wxyz")
-    assert panels[0].get_title() == "cross-attention, layer 0, head 0"
+    assert len(panels) == 21 and len(figure.axes) == 22  # plus one colour bar
+    labels = lambda ticks: [t.get_text() for t in ticks]  # noqa: E731
+    assert panels[0].get_title() == "encoder self-attention, layer 0, head 0"
+    assert (
+        labels(panels[0].get_xticklabels()) == labels(panels[0].get_yticklabels()) == list("abcde")
+    )
+    assert panels[9].get_title() == "cross-attention, layer 0, head 0"
+    assert labels(panels[9].get_xticklabels()) == list("abcde")
+    assert labels(panels[9].get_yticklabels()) == list("wxyz")
+    assert panels[-1].get_title() == "self-attention, layer 1, head 2"
+    assert labels(panels[-1].get_xticklabels()) == list("wxyz")
 
 
 def test_inspect_diff_names_what_differs(trained: Trained, capsys) -> None:

@@ -1,0 +1,126 @@
+"""Training curves from a run's metrics.csv: loss, learning rate and validation metrics against
+steps and against training time, as one PNG.
+
+    python -m seq2seq.inspect RUN_DIR --curves          # RUN_DIR/curves.png
+
+train.py draws it at the end of every run with the CSV logger; a sweep draws its jobs'
+validation curves on one figure (sweep_curves.png).
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+TIME = "time/train_s"  # training time at each logged step (Seq2SeqModule.training_step)
+VALIDATION = ("val/chrf", "val/bleu", "val/exact_match")
+
+
+def read_metrics(run_dir: str | Path) -> list[dict[str, float]]:
+    """Every logged row of a run, each start's (csv/version_N) after the one before."""
+    run_dir = Path(run_dir)
+    files = sorted(
+        run_dir.glob("csv/version_*/metrics.csv"), key=lambda p: int(p.parent.name.split("_")[1])
+    )
+    if not files:
+        raise ValueError(
+            f"{run_dir} has no csv/version_*/metrics.csv: give a run directory trained with the "
+            "CSV logger (logger=csv, the default)"
+        )
+    rows = []
+    for path in files:
+        with open(path) as f:
+            for row in csv.DictReader(f):
+                rows.append({k: float(v) for k, v in row.items() if v not in ("", None)})
+    return rows
+
+
+def series(rows: list[dict[str, float]], key: str) -> tuple[list[float], list[float]]:
+    """(steps, values) of one metric."""
+    points = [(row["step"], row[key]) for row in rows if key in row and "step" in row]
+    return [s for s, _ in points], [v for _, v in points]
+
+
+def training_time_at(rows: list[dict[str, float]], steps: list[float]) -> list[float] | None:
+    """The training time at each step, from the last logged time at or before it."""
+    logged = sorted(zip(*series(rows, TIME), strict=True))
+    if not logged:
+        return None
+    out, i = [], 0
+    for step in steps:
+        while i + 1 < len(logged) and logged[i + 1][0] <= step:
+            i += 1
+        out.append(logged[i][1])
+    return out
+
+
+def curves_figure(runs: Mapping[str, list[dict[str, float]]], title: str = "") -> Any:
+    """Four panels: training and validation loss, the learning rate, and the validation
+    metrics against steps and against training time; one colour per run."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files, not windows: works with no display
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, 2, figsize=(12, 8), layout="constrained")
+    (loss_ax, lr_ax), (val_ax, time_ax) = axes
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    styles = dict(zip(VALIDATION, ("-", "--", ":"), strict=True))
+    for index, (name, rows) in enumerate(runs.items()):
+        colour = colours[index % len(colours)]
+        label = f"{name} " if len(runs) > 1 else ""
+        steps, losses = series(rows, "train/loss_step")
+        loss_ax.plot(steps, losses, color=colour, alpha=0.35, lw=0.8, label=f"{label}train")
+        steps, losses = series(rows, "val/loss")
+        loss_ax.plot(steps, losses, "o-", color=colour, ms=3, label=f"{label}validation")
+        lr_ax.plot(*series(rows, "lr-AdamW/pg1"), color=colour, label=name if label else None)
+        for key in VALIDATION:
+            steps, values = series(rows, key)
+            if not values:
+                continue
+            metric = key.split("/")[1]
+            val_ax.plot(steps, values, styles[key], color=colour, marker="o", ms=3,
+                        label=f"{label}{metric}")  # fmt: skip
+            times = training_time_at(rows, steps)
+            if times is not None:
+                time_ax.plot(times, values, styles[key], color=colour, marker="o", ms=3,
+                             label=f"{label}{metric}")  # fmt: skip
+    for ax, ylabel, xlabel in (
+        (loss_ax, "loss", "step"),
+        (lr_ax, "learning rate", "step"),
+        (val_ax, "validation metric", "step"),
+        (time_ax, "validation metric", "training time (s)"),
+    ):
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+def write_curves(run_dir: str | Path, out: str | Path | None = None) -> Path:
+    """RUN_DIR/curves.png (or out) from the run's metrics."""
+    run_dir = Path(run_dir)
+    out = Path(out) if out else run_dir / "curves.png"
+    figure = curves_figure({run_dir.name: read_metrics(run_dir)}, title=str(run_dir))
+    figure.savefig(out, dpi=100)
+    return out
+
+
+def write_sweep_curves(job_dirs: list[Path], out: Path) -> Path | None:
+    """One figure of every job's curves (jobs without metrics are left out)."""
+    runs = {}
+    for job in job_dirs:
+        try:
+            runs[f"job {job.name}"] = read_metrics(job)
+        except ValueError:
+            continue
+    if not runs:
+        return None
+    curves_figure(runs, title=str(out.parent)).savefig(out, dpi=100)
+    return out
