@@ -114,8 +114,9 @@ class TimeBudget(Callback):
     callbacks save) before fit ends. The reserve is what the final validation and the test are
     expected to take, with a margin: the last validation's duration, plus the test split's share
     of it (its pairs over the pairs validation decodes, times the beam size); before the first
-    validation it is a tenth of the budget. The schedule reads `progress()`, training time over
-    the time to that stop, so the decay ends where training does. The elapsed time is
+    validation it is a tenth of the budget. The schedule reads `decay_progress()`: the training
+    time since the warmup over the time from then to that stop, so the decay ends where
+    training does. The elapsed time is
     Lightning's Timer's, which checkpoints save, so a resumed run keeps its budget.
 
     Inactive (progress() is None) without trainer.max_time.
@@ -130,6 +131,7 @@ class TimeBudget(Callback):
         self._progress = 0.0
         self._stopped_at: int | None = None
         self._train_seconds: float | None = None
+        self._warmup_end: float | None = None  # progress() when the warmup ended
 
     @property
     def active(self) -> bool:
@@ -167,6 +169,31 @@ class TimeBudget(Callback):
         usable = max(self._budget - self.reserve(), 1e-9)
         self._progress = max(self._progress, min(1.0, self._timer.time_elapsed("train") / usable))
         return self._progress
+
+    def decay_progress(self, step: int, warmup_steps: int) -> float | None:
+        """How far the decay after the warmup has come (0 to 1) by the clock: the time since
+        the warmup ended over the time from then to the stop, so the schedule ends at the
+        stop without a jump however long the warmup took. None without a budget."""
+        progress = self.progress()
+        if progress is None or step < warmup_steps:
+            return None if progress is None else 0.0
+        if self._warmup_end is None:  # the first step after the warmup
+            self._warmup_end = progress
+            if progress > 0.5:
+                log.warning(
+                    "the warmup (model.warmup_steps=%d) took %.0f%% of the time budget, leaving "
+                    "the rest for the decay: lower model.warmup_steps for this budget",
+                    warmup_steps, 100 * progress,
+                )  # fmt: skip
+        if self._warmup_end >= 1.0:
+            return 1.0
+        return min(1.0, (progress - self._warmup_end) / (1.0 - self._warmup_end))
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"warmup_end": self._warmup_end}  # saved in checkpoints: a resume continues
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._warmup_end = state_dict.get("warmup_end")
 
     def on_validation_epoch_start(self, trainer: Any, pl_module: Any) -> None:
         self._validation_started = time.monotonic()

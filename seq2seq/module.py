@@ -76,14 +76,15 @@ def lr_lambda(
     warmup_steps: int,
     total_steps: Callable[[], float],
     min_lr_ratio: float,
-    time_progress: Callable[[], float | None] | None = None,
+    time_progress: Callable[[int], float | None] | None = None,
 ) -> Callable[[int], float]:
     """Multiplier of the peak learning rate at optimizer step `step` (0-based).
 
     Linear warmup over warmup_steps, then inverse square root (Vaswani et al.), cosine down to
     min_lr_ratio at the end of training, or constant. The end is total_steps() (asked only when
     the cosine needs it, after the warmup; inf without a step limit) or, with a time budget,
-    when time_progress() reaches 1 (callbacks.TimeBudget), whichever comes first.
+    when time_progress(step), the decay's progress by the clock, reaches 1
+    (callbacks.TimeBudget.decay_progress), whichever comes first.
     """
 
     @functools.cache
@@ -98,7 +99,7 @@ def lr_lambda(
         if schedule == "cosine":
             done = step - warmup_steps
             progress = 0.0 if done <= 0 else min(1.0, done / max(1, total() - warmup_steps))
-            by_time = time_progress() if time_progress is not None else None
+            by_time = time_progress(step) if time_progress is not None else None
             if by_time is not None:
                 progress = max(progress, by_time)
             return min_lr_ratio + (1 - min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
@@ -465,7 +466,9 @@ class Seq2SeqModule(L.LightningModule):
 
         callbacks = self._trainer.callbacks if self._trainer is not None else []
         budget = next((c for c in callbacks if isinstance(c, TimeBudget)), None)
-        progress = budget.progress if budget is not None else None
+        progress = None
+        if budget is not None:
+            progress = functools.partial(budget.decay_progress, warmup_steps=hp.warmup_steps)
         factor = lr_lambda(hp.schedule, hp.warmup_steps, total, hp.min_lr_ratio, progress)
         # interval "step": stepped once per optimizer step, so right under gradient accumulation.
         scheduler = {"scheduler": LambdaLR(optimizer, factor), "interval": "step"}

@@ -253,15 +253,15 @@ def test_the_cosine_ends_at_the_step_limit_or_the_time_budget_whichever_comes_fi
     from seq2seq.module import lr_lambda
 
     clock = {"progress": 0.0}
-    cosine = lr_lambda("cosine", 10, lambda: float("inf"), 0.1, lambda: clock["progress"])
+    cosine = lr_lambda("cosine", 10, lambda: float("inf"), 0.1, lambda step: clock["progress"])
     assert cosine(500) == pytest.approx(1.0)  # no step limit, no time spent: the peak
     clock["progress"] = 0.5
     assert cosine(20) == pytest.approx(0.55)  # half the time: half way down
     clock["progress"] = 1.0
     assert cosine(20) == pytest.approx(0.1)  # the budget is spent: the end
-    steps = lr_lambda("cosine", 10, lambda: 110.0, 0.1, lambda: 0.0)
+    steps = lr_lambda("cosine", 10, lambda: 110.0, 0.1, lambda step: 0.0)
     assert steps(110) == pytest.approx(0.1)  # the step limit came first
-    assert lr_lambda("cosine", 10, lambda: 110.0, 0.1, lambda: None)(60) == pytest.approx(0.55)
+    assert lr_lambda("cosine", 10, lambda: 110.0, 0.1, lambda step: None)(60) == pytest.approx(0.55)
 
 
 def test_a_time_budget_ends_the_schedule_and_leaves_time_to_validate_and_test(
@@ -290,3 +290,34 @@ def test_a_time_budget_ends_the_schedule_and_leaves_time_to_validate_and_test(
     validated = [int(r["step"]) for r in rows if r.get("val/exact_match")]
     assert validated[-1] >= last_step  # a validation after the last step, mid-epoch too
     assert summary["test"]["test/exact_match"] >= 0
+
+
+def test_the_decay_by_the_clock_starts_where_the_warmup_ends(caplog) -> None:
+    """A warmup that ends late leaves the cosine its whole range over the time left, with no
+    jump, and a resume (the callback's state in the checkpoint) continues it."""
+    from types import SimpleNamespace
+
+    from seq2seq.callbacks import TimeBudget
+
+    clock = {"elapsed": 0.0}
+
+    def budget_at(state=None) -> TimeBudget:
+        budget = TimeBudget()
+        budget._budget = 100.0  # reserve before any validation: 10 s, so 90 s of training
+        budget._timer = SimpleNamespace(time_elapsed=lambda stage: clock["elapsed"])
+        if state is not None:
+            budget.load_state_dict(state)
+        return budget
+
+    budget = budget_at()
+    assert budget.decay_progress(5, warmup_steps=10) == 0.0  # warming up
+    clock["elapsed"] = 54.0  # the warmup ends at 60% of the 90 s
+    with caplog.at_level("WARNING"):
+        assert budget.decay_progress(10, warmup_steps=10) == 0.0
+    assert "the warmup (model.warmup_steps=10) took 60% of the time budget" in caplog.text
+    clock["elapsed"] = 72.0
+    assert budget.decay_progress(11, warmup_steps=10) == pytest.approx(0.5)
+    resumed = budget_at(budget.state_dict())
+    clock["elapsed"] = 90.0
+    assert resumed.decay_progress(12, warmup_steps=10) == pytest.approx(1.0)
+    assert TimeBudget().decay_progress(12, warmup_steps=10) is None  # no budget
