@@ -130,7 +130,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         "last_checkpoint": last,
         "averaged_checkpoint": averaged,  # with average_last: the checkpoint tested
         "test": test_metrics,
-        # How BLEU and chrF were computed (sacreBLEU's signatures), here and in the CSV.
+        # How the BLEU and chrF here and in the metrics CSV were computed (sacreBLEU signatures).
         "signatures": signatures(module.hparams.bleu_tokenize),
     }
     if trainer.is_global_zero:

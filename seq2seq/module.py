@@ -11,7 +11,7 @@ import functools
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -348,7 +348,13 @@ class Seq2SeqModule(L.LightningModule):
                 self._write_test_texts(rows)
         self.log_dict(values, prog_bar=stage == "val")
 
-    def _consult_doctor(self, hypotheses, references, ended, values) -> dict[str, float]:
+    def _consult_doctor(
+        self,
+        hypotheses: Sequence[str],
+        references: Sequence[str],
+        ended: Sequence[bool],
+        values: dict[str, Any],
+    ) -> dict[str, float]:
         """The doctor's metrics of this validation; what looks wrong goes to the log."""
         loss, bleu = float(values["val/loss"]), float(values["val/bleu"])
         metrics, warnings = self.doctor.diagnose(hypotheses, references, ended, loss, bleu)
