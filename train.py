@@ -244,9 +244,9 @@ def _report(summary: dict[str, Any], datamodule: Any) -> None:
 def average_last_checkpoints(run_dir: Path, n: int, trainer: Any) -> str | None:
     """The average of the run's last n validation checkpoints (fewer if it validated fewer
     times), written beside them by rank 0; None if there are none."""
-    from seq2seq.average import RECENT, write_average
+    from seq2seq.average import newest_recent, write_average
 
-    paths = sorted((run_dir / "checkpoints").glob(RECENT))[-n:]
+    paths = newest_recent(run_dir, n)
     if not paths:
         log.warning("average_last=%d: no validation checkpoints; testing the best one", n)
         return None

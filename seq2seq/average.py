@@ -27,17 +27,22 @@ from seq2seq.checkpoint import CheckpointError, load_checkpoint
 RECENT = "recent-step*.ckpt"  # configs/callbacks/default.yaml: recent_checkpoints
 
 
+def newest_recent(run_dir: str | Path, n: int) -> list[Path]:
+    """Up to n of the newest checkpoints the run kept at its validations (oldest first)."""
+    return sorted((Path(run_dir) / "checkpoints").glob(RECENT))[-n:]
+
+
 def recent_checkpoints(run_dir: str | Path, n: int) -> list[Path]:
-    """The newest n checkpoints the run kept at its validations (oldest first)."""
-    found = sorted((Path(run_dir) / "checkpoints").glob(RECENT))
+    """Exactly the newest n checkpoints the run kept at its validations (oldest first)."""
     if n < 1:
         raise ValueError(f"--last must be at least 1, got {n}")
+    found = newest_recent(run_dir, n)
     if len(found) < n:
         raise ValueError(
             f"{run_dir} has {len(found)} checkpoint(s) of its last validations ({RECENT}), not "
             f"{n}: train with average_last={n} to keep them, or give the checkpoints by name"
         )
-    return found[-n:]
+    return found
 
 
 def average_checkpoints(paths: Sequence[str | Path]) -> dict[str, Any]:

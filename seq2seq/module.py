@@ -317,7 +317,12 @@ class Seq2SeqModule(L.LightningModule):
         hypotheses = [self.tgt_vocab.decode(row) for row in predictions.tolist()]
         references = [self.tgt_vocab.decode(row) for row in batch["labels"].tolist()]
         metrics[f"{stage}/cer"].update(hypotheses, references)
-        sources = [self.src_vocab.decode(row) for row in batch["src"].tolist()]
+        # Sources only for the test split's files: validation has no use for them.
+        sources = (
+            [self.src_vocab.decode(row) for row in batch["src"].tolist()]
+            if stage == "test"
+            else [""] * len(hypotheses)
+        )
         ended = (predictions == v.eos_id).any(1).tolist()  # False: cut at the length limit
         self._texts[stage].extend(zip(hypotheses, references, sources, ended, strict=True))
         if stage == "val":

@@ -13,6 +13,7 @@ against 84.26 on 500 Tatoeba sentences, as it has no effective order.)
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 from collections.abc import Sequence
@@ -43,11 +44,7 @@ def corpus_scores(
     hypotheses: Sequence[str], references: Sequence[str], bleu_tokenize: str = "13a"
 ) -> dict[str, dict[str, Any]]:
     """The project's BLEU and chrF of a corpus (0-1, as the other metrics), with signatures."""
-    if len(hypotheses) != len(references):
-        raise ValueError(
-            f"{len(hypotheses)} hypotheses against {len(references)} references: give one "
-            "hypothesis a line for every reference"
-        )
+    _check_pairs(hypotheses, references)
     out = {}
     metrics = {"bleu": _metric("bleu", tokenize=bleu_tokenize), "chrf": _metric("chrf")}
     for name, metric in metrics.items():
@@ -58,6 +55,11 @@ def corpus_scores(
 
 def signatures(bleu_tokenize: str = "13a") -> dict[str, str]:
     """The signatures of the project's BLEU and chrF (nrefs:1: one reference a sentence)."""
+    return dict(_signatures(bleu_tokenize))  # a copy: the cached one stays as it is
+
+
+@functools.cache  # asked at every checkpoint save; sacreBLEU knows nrefs only after scoring
+def _signatures(bleu_tokenize: str) -> dict[str, str]:
     return {
         name: score["signature"]
         for name, score in corpus_scores(["a"], ["a"], bleu_tokenize).items()
@@ -66,11 +68,7 @@ def signatures(bleu_tokenize: str = "13a") -> dict[str, str]:
 
 def rescore(hypotheses: Sequence[str], references: Sequence[str]) -> list[dict[str, Any]]:
     """The corpus under every convention of CONVENTIONS, each score with its signature."""
-    if len(hypotheses) != len(references):
-        raise ValueError(
-            f"{len(hypotheses)} hypotheses against {len(references)} references: the files "
-            "must have one line for each sentence, in the same order"
-        )
+    _check_pairs(hypotheses, references)
     rows = []
     for name, (meaning, kind, settings) in CONVENTIONS.items():
         metric = _metric(kind, **settings)
@@ -78,6 +76,14 @@ def rescore(hypotheses: Sequence[str], references: Sequence[str]) -> list[dict[s
         rows.append({"name": name, "score": round(score.score, 2), "meaning": meaning,
                      "signature": str(metric.get_signature())})  # fmt: skip
     return rows
+
+
+def _check_pairs(hypotheses: Sequence[str], references: Sequence[str]) -> None:
+    if len(hypotheses) != len(references):
+        raise ValueError(
+            f"{len(hypotheses)} hypotheses against {len(references)} references: give one "
+            "hypothesis a line for every reference, in the same order"
+        )
 
 
 def read_lines(path: str | Path) -> list[str]:
