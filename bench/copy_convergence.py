@@ -59,7 +59,7 @@ def ours(
     from hydra.utils import instantiate
     from omegaconf import open_dict
 
-    from seq2seq.module import exact_match
+    from seq2seq.metrics import exact_match
     from train import build_module
 
     with initialize_config_dir(str(ROOT / "configs"), version_base="1.3"):

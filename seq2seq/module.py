@@ -1,17 +1,17 @@
-"""The LightningModule: loss, metrics, optimizer and learning-rate schedule around the model.
+"""The LightningModule: the training, validation and test steps around the model.
 
 It takes plain hyperparameters only (ModelConfig fields, optimizer and schedule values, the
 vocabularies as lists) and builds the model itself, so ``Seq2SeqModule.load_from_checkpoint(path)``
-needs nothing else, and a checkpoint alone is enough to decode.
+needs nothing else, and a checkpoint alone is enough to decode. What it measures is in
+metrics.py, the optimizer and the learning-rate schedule in optim.py.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +19,7 @@ import lightning as L
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from torch.optim.lr_scheduler import LambdaLR
-from torchmetrics import MeanMetric, MetricCollection
-from torchmetrics.classification import MulticlassAccuracy
-from torchmetrics.text import CharErrorRate
+from torchmetrics import MetricCollection
 
 from seq2seq import checks
 from seq2seq.callbacks import TimeBudget
@@ -30,12 +27,13 @@ from seq2seq.curves import TIME
 from seq2seq.data.tokenizer import tokenizer_from_dict
 from seq2seq.decoding import beam_search, greedy_decode, max_decode_length
 from seq2seq.doctor import Doctor
+from seq2seq.metrics import TextRow, exact_match, gather_texts, stage_metrics, write_test_texts
 from seq2seq.model import ModelConfig, Seq2SeqTransformer
+from seq2seq.optim import SCHEDULES, adamw_with_schedule
 from seq2seq.score import BLEU_TOKENIZERS, corpus_scores, signatures
 
 log = logging.getLogger(__name__)
 
-SCHEDULES = ("inverse_sqrt", "cosine", "constant")
 NONFINITE_LOSS = ("stop", "skip")
 
 
@@ -69,43 +67,6 @@ def check_hyperparameters(hp: dict[str, Any]) -> None:
     checks.choice("model.on_nonfinite_loss", hp["on_nonfinite_loss"], NONFINITE_LOSS)
     if not isinstance(hp["net"], dict):
         raise ValueError(f"model.net must be a mapping of ModelConfig fields, got {hp['net']!r}")
-
-
-def lr_lambda(
-    schedule: str,
-    warmup_steps: int,
-    total_steps: Callable[[], float],
-    min_lr_ratio: float,
-    time_progress: Callable[[int], float | None] | None = None,
-) -> Callable[[int], float]:
-    """Multiplier of the peak learning rate at optimizer step `step` (0-based).
-
-    Linear warmup over warmup_steps, then inverse square root (Vaswani et al.), cosine down to
-    min_lr_ratio at the end of training, or constant. The end is total_steps() (asked only when
-    the cosine needs it, after the warmup; inf without a step limit) or, with a time budget,
-    when time_progress(step), the decay's progress by the clock, reaches 1
-    (callbacks.TimeBudget.decay_progress), whichever comes first.
-    """
-
-    @functools.cache
-    def total() -> float:
-        return total_steps()
-
-    def factor(step: int) -> float:
-        if step < warmup_steps:
-            return (step + 1) / warmup_steps
-        if schedule == "inverse_sqrt":
-            return math.sqrt(max(warmup_steps, 1) / (step + 1))
-        if schedule == "cosine":
-            done = step - warmup_steps
-            progress = 0.0 if done <= 0 else min(1.0, done / max(1, total() - warmup_steps))
-            by_time = time_progress(step) if time_progress is not None else None
-            if by_time is not None:
-                progress = max(progress, by_time)
-            return min_lr_ratio + (1 - min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
-        return 1.0
-
-    return factor
 
 
 class Seq2SeqModule(L.LightningModule):
@@ -174,35 +135,16 @@ class Seq2SeqModule(L.LightningModule):
         # The composed run config, set by train.py and saved in every checkpoint for inspect.
         self.run_config: dict[str, Any] | None = None
         # The decoded texts of the current validation and test epochs, for BLEU and chrF.
-        self._texts: dict[str, list[tuple[str, str, str, bool]]] = {"val": [], "test": []}
+        self._texts: dict[str, list[TextRow]] = {"val": [], "test": []}
         self.doctor = Doctor()  # degenerate outputs at each validation, in the log and metrics
         self._train_seconds = 0.0  # training time of earlier starts (a resumed run)
         self._train_started = time.monotonic()
         self._signatures_logged = False
         # One collection per stage, so their states never mix (val_metrics, test_metrics, ...).
-        self.train_metrics = self._metrics("train")
-        self.val_metrics = self._metrics("val")
-        self.test_metrics = self._metrics("test")
-
-    def _metrics(self, stage: str) -> MetricCollection:
-        metrics = {
-            "loss": MeanMetric(),
-            "token_acc": MulticlassAccuracy(
-                len(self.tgt_vocab),
-                average="micro",
-                ignore_index=self.tgt_vocab.pad_id,
-                validate_args=False,
-            ),
-        }
-        if stage == "train":
-            metrics["padding"] = MeanMetric()  # fraction of batch positions that are <pad>
-        else:
-            # From greedy (test: beam) decoding, on detokenised text for the text metrics.
-            metrics["exact_match"] = MeanMetric()
-            # BLEU and chrF come from sacreBLEU itself, on the texts of the whole epoch
-            # (_log_epoch, seq2seq.score), so each carries its signature.
-            metrics["cer"] = CharErrorRate()
-        return MetricCollection(metrics, prefix=f"{stage}/", compute_groups=False)
+        vocab_size, pad = len(self.tgt_vocab), self.tgt_vocab.pad_id
+        self.train_metrics = stage_metrics("train", vocab_size, pad)
+        self.val_metrics = stage_metrics("val", vocab_size, pad)
+        self.test_metrics = stage_metrics("test", vocab_size, pad)
 
     def configure_model(self) -> None:
         # In place (nn.Module.compile), so parameter names and checkpoints do not change.
@@ -342,7 +284,10 @@ class Seq2SeqModule(L.LightningModule):
         values = metrics.compute()
         metrics.reset()
         if stage != "train":
-            rows = self._gather_texts(stage)
+            # Every process's texts, in the split's order; cleared for the next epoch.
+            rows, self._texts[stage] = self._texts[stage], []
+            keep = len(self.trainer.test_dataloaders.dataset) if stage == "test" else None
+            rows = gather_texts(rows, self.trainer.world_size, keep)
             if rows:
                 hypotheses, references, _, ended = zip(*rows, strict=True)
                 scores = corpus_scores(hypotheses, references, self.hparams.bleu_tokenize)
@@ -350,7 +295,7 @@ class Seq2SeqModule(L.LightningModule):
                 if stage == "val" and not self.trainer.sanity_checking:
                     values |= self._consult_doctor(hypotheses, references, ended, values)
             if stage == "test" and self.trainer.is_global_zero:
-                self._write_test_texts(rows)
+                write_test_texts(Path(self.trainer.default_root_dir), rows)
         self.log_dict(values, prog_bar=stage == "val")
 
     def _consult_doctor(
@@ -367,29 +312,6 @@ class Seq2SeqModule(L.LightningModule):
             for warning in warnings:
                 log.warning("validation at step %d: %s", self.global_step, warning)
         return {f"val/{name}": value for name, value in metrics.items()}
-
-    def _gather_texts(self, stage: str) -> list[tuple[str, str, str, bool]]:
-        """(hypothesis, reference, source, ended) of every pair the stage decoded, on every
-        process, in the split's order; cleared for the next epoch."""
-        rows, self._texts[stage] = self._texts[stage], []
-        world = self.trainer.world_size
-        if world > 1 and torch.distributed.is_available() and torch.distributed.is_initialized():
-            shares: list[Any] = [None] * world
-            torch.distributed.all_gather_object(shares, rows)
-            # The samplers deal pair i to process i % world: deal them back.
-            rows = [s[i] for i in range(max(map(len, shares))) for s in shares if i < len(s)]
-            if stage == "test":  # the share evened out by repeating the first pairs
-                rows = rows[: len(self.trainer.test_dataloaders.dataset)]
-        return rows
-
-    def _write_test_texts(self, rows: list[tuple[str, str, str, bool]]) -> None:
-        """test_hypotheses.txt, test_references.txt and test_sources.txt in the run directory,
-        one line a pair in the test split's order, for `python -m seq2seq.score`."""
-        run_dir = Path(self.trainer.default_root_dir)
-        run_dir.mkdir(parents=True, exist_ok=True)
-        for index, name in enumerate(("hypotheses", "references", "sources")):
-            lines = "".join(row[index].replace("\n", " ") + "\n" for row in rows)
-            (run_dir / f"test_{name}.txt").write_text(lines, encoding="utf-8")
 
     def greedy(self, src: Tensor) -> Tensor:
         """(B, S) source ids -> (B, L) greedy predictions (EOS, then padding)."""
@@ -446,68 +368,31 @@ class Seq2SeqModule(L.LightningModule):
         return self._trainer is not None and "mixed" in str(self._trainer.precision)
 
     def configure_optimizers(self) -> dict[str, Any]:
-        # Decay matrices (weights of linear maps and embeddings), not biases or norm gains.
-        decay = [p for p in self.parameters() if p.dim() >= 2]
-        no_decay = [p for p in self.parameters() if p.dim() < 2]
-        log.info(
-            "AdamW: %d tensors (%d parameters) with weight decay, %d (%d) without",
-            len(decay), sum(p.numel() for p in decay),
-            len(no_decay), sum(p.numel() for p in no_decay),
-        )  # fmt: skip
-        hp = self.hparams
-        optimizer = torch.optim.AdamW(
-            [
-                {"params": decay, "weight_decay": hp.weight_decay},
-                {"params": no_decay, "weight_decay": 0.0},
-            ],
-            lr=hp.lr,
-            betas=tuple(hp.betas),
-            # One fused kernel for all tensors instead of a loop over them: optimizer steps 4-7x
-            # faster on a CPU, where torch's default is the plain loop. Not under mixed
-            # precision: Lightning's AMP plugin refuses to clip the gradients of an optimizer
-            # that unscales them itself, as the fused one does.
-            fused=not self._mixed_precision() and fused_adamw_supported(decay + no_decay),
-        )
-
         # Not estimated_stepping_batches right here: asking for it now loads the train loader
         # before Lightning restores a checkpoint's loader state, and a mid-epoch resume would
         # then start a fresh shuffle. Asked lazily, it is first needed after the restore.
         def total() -> float:
             return float(self.trainer.estimated_stepping_batches)  # inf: no step limit
 
+        hp = self.hparams
         callbacks = self._trainer.callbacks if self._trainer is not None else []
         budget = next((c for c in callbacks if isinstance(c, TimeBudget)), None)
         progress = None
         if budget is not None:
             progress = functools.partial(budget.decay_progress, warmup_steps=hp.warmup_steps)
-        factor = lr_lambda(hp.schedule, hp.warmup_steps, total, hp.min_lr_ratio, progress)
-        # interval "step": stepped once per optimizer step, so right under gradient accumulation.
-        scheduler = {"scheduler": LambdaLR(optimizer, factor), "interval": "step"}
-        return {"optimizer": optimizer, "lr_scheduler": scheduler}
-
-
-def fused_adamw_supported(params: list[Tensor]) -> bool:
-    """Whether torch's fused AdamW takes these tensors (CPU and CUDA, floating point)."""
-    return bool(params) and all(
-        p.device.type in ("cpu", "cuda") and p.is_floating_point() for p in params
-    )
-
-
-def exact_match(predictions: Tensor, labels: Tensor, pad_id: int, eos_id: int) -> Tensor:
-    """(B,) 1.0 where the prediction equals the label sequence up to and including its EOS.
-
-    A sequence ends at its first EOS, as the text metrics read it (tokenizers decode up to
-    it): what follows, padding or not, is not compared. A prediction without EOS (cut off at
-    the length limit) never matches, since every label ends with one.
-    """
-    width = max(predictions.size(1), labels.size(1))
-    predictions = F.pad(predictions, (0, width - predictions.size(1)), value=pad_id)
-    labels = F.pad(labels, (0, width - labels.size(1)), value=pad_id)
-    same = _end_at_eos(predictions, pad_id, eos_id) == _end_at_eos(labels, pad_id, eos_id)
-    return same.all(dim=1).float()
-
-
-def _end_at_eos(ids: Tensor, pad_id: int, eos_id: int) -> Tensor:
-    """(B, L) ids with every position after the first EOS set to pad_id."""
-    after = (ids == eos_id).long().cumsum(1) - (ids == eos_id).long() > 0  # (B, L)
-    return ids.masked_fill(after, pad_id)
+        return adamw_with_schedule(
+            self.parameters(),
+            lr=hp.lr,
+            betas=hp.betas,
+            weight_decay=hp.weight_decay,
+            schedule=hp.schedule,
+            warmup_steps=hp.warmup_steps,
+            min_lr_ratio=hp.min_lr_ratio,
+            total_steps=total,
+            time_progress=progress,
+            # One fused kernel for all tensors instead of a loop over them: optimizer steps
+            # 4-7x faster on a CPU, where torch's default is the plain loop. Not under mixed
+            # precision: Lightning's AMP plugin refuses to clip the gradients of an optimizer
+            # that unscales them itself, as the fused one does.
+            fused=not self._mixed_precision(),
+        )

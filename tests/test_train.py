@@ -21,7 +21,8 @@ from helpers import (
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
-from seq2seq.module import Seq2SeqModule, exact_match
+from seq2seq.metrics import exact_match
+from seq2seq.module import Seq2SeqModule
 from train import train
 
 GROUPS = {
@@ -148,7 +149,7 @@ def test_command_line_overrides_select_task_model_and_device(
 
 
 def test_learning_rate_schedules_are_continuous_and_lazy() -> None:
-    from seq2seq.module import lr_lambda
+    from seq2seq.optim import lr_lambda
 
     asked = []
 
@@ -250,7 +251,7 @@ def test_a_briefly_trained_model_translates_numbers_from_their_source(
 
 
 def test_the_cosine_ends_at_the_step_limit_or_the_time_budget_whichever_comes_first() -> None:
-    from seq2seq.module import lr_lambda
+    from seq2seq.optim import lr_lambda
 
     clock = {"progress": 0.0}
     cosine = lr_lambda("cosine", 10, lambda: float("inf"), 0.1, lambda step: clock["progress"])

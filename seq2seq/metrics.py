@@ -1,0 +1,84 @@
+"""What the module measures: torchmetrics collections per stage, exact match, and the decoded
+texts of an epoch (gathered across processes, and written out for re-scoring).
+
+BLEU and chrF are not torchmetrics here: they come from sacreBLEU itself, on the texts of the
+whole epoch (seq2seq.score), so each carries its signature.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torchmetrics import MeanMetric, MetricCollection
+from torchmetrics.classification import MulticlassAccuracy
+from torchmetrics.text import CharErrorRate
+
+# (hypothesis, reference, source, ended): one decoded pair; ended is False where the
+# prediction was cut at the length limit without EOS.
+TextRow = tuple[str, str, str, bool]
+
+
+def stage_metrics(stage: str, vocab_size: int, pad_id: int) -> MetricCollection:
+    """The metrics of one stage (train, val or test), named "<stage>/<metric>"."""
+    metrics: dict[str, Any] = {
+        "loss": MeanMetric(),
+        "token_acc": MulticlassAccuracy(
+            vocab_size, average="micro", ignore_index=pad_id, validate_args=False
+        ),
+    }
+    if stage == "train":
+        metrics["padding"] = MeanMetric()  # fraction of batch positions that are <pad>
+    else:
+        # From greedy (test: beam) decoding, on detokenised text for the text metrics.
+        metrics["exact_match"] = MeanMetric()
+        metrics["cer"] = CharErrorRate()
+    return MetricCollection(metrics, prefix=f"{stage}/", compute_groups=False)
+
+
+def exact_match(predictions: Tensor, labels: Tensor, pad_id: int, eos_id: int) -> Tensor:
+    """(B,) 1.0 where the prediction equals the label sequence up to and including its EOS.
+
+    A sequence ends at its first EOS, as the text metrics read it (tokenizers decode up to
+    it): what follows, padding or not, is not compared. A prediction without EOS (cut off at
+    the length limit) never matches, since every label ends with one.
+    """
+    width = max(predictions.size(1), labels.size(1))
+    predictions = F.pad(predictions, (0, width - predictions.size(1)), value=pad_id)
+    labels = F.pad(labels, (0, width - labels.size(1)), value=pad_id)
+    same = _end_at_eos(predictions, pad_id, eos_id) == _end_at_eos(labels, pad_id, eos_id)
+    return same.all(dim=1).float()
+
+
+def _end_at_eos(ids: Tensor, pad_id: int, eos_id: int) -> Tensor:
+    """(B, L) ids with every position after the first EOS set to pad_id."""
+    after = (ids == eos_id).long().cumsum(1) - (ids == eos_id).long() > 0  # (B, L)
+    return ids.masked_fill(after, pad_id)
+
+
+def gather_texts(rows: list[TextRow], world_size: int, keep: int | None = None) -> list[TextRow]:
+    """Every process's decoded rows, in the split's order (rows alone with one process).
+
+    The distributed samplers deal pair i to process i % world_size: this deals them back.
+    keep: the split's length, where the samplers evened out the shares by repeating pairs.
+    """
+    distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
+    if world_size <= 1 or not distributed:
+        return rows
+    shares: list[Any] = [None] * world_size
+    torch.distributed.all_gather_object(shares, rows)
+    rows = [s[i] for i in range(max(map(len, shares))) for s in shares if i < len(s)]
+    return rows[:keep] if keep is not None else rows
+
+
+def write_test_texts(run_dir: Path, rows: Sequence[TextRow]) -> None:
+    """test_hypotheses.txt, test_references.txt and test_sources.txt in run_dir, one line a
+    pair in the test split's order, for `python -m seq2seq.score`."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    for index, name in enumerate(("hypotheses", "references", "sources")):
+        lines = "".join(row[index].replace("\n", " ") + "\n" for row in rows)
+        (run_dir / f"test_{name}.txt").write_text(lines, encoding="utf-8")

@@ -1,0 +1,105 @@
+"""The optimizer and the learning-rate schedule: AdamW with weight decay on matrices only, and
+a linear warmup followed by inverse square root, cosine (to a step count or a time budget's
+deadline) or a constant rate.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch.optim.lr_scheduler import LambdaLR
+
+log = logging.getLogger(__name__)
+
+SCHEDULES = ("inverse_sqrt", "cosine", "constant")
+
+
+def lr_lambda(
+    schedule: str,
+    warmup_steps: int,
+    total_steps: Callable[[], float],
+    min_lr_ratio: float,
+    time_progress: Callable[[int], float | None] | None = None,
+) -> Callable[[int], float]:
+    """Multiplier of the peak learning rate at optimizer step `step` (0-based).
+
+    Linear warmup over warmup_steps, then inverse square root (Vaswani et al.), cosine down to
+    min_lr_ratio at the end of training, or constant. The end is total_steps() (asked only when
+    the cosine needs it, after the warmup; inf without a step limit) or, with a time budget,
+    when time_progress(step), the decay's progress by the clock, reaches 1
+    (callbacks.TimeBudget.decay_progress), whichever comes first.
+    """
+
+    @functools.cache
+    def total() -> float:
+        return total_steps()
+
+    def factor(step: int) -> float:
+        if step < warmup_steps:
+            return (step + 1) / warmup_steps
+        if schedule == "inverse_sqrt":
+            return math.sqrt(max(warmup_steps, 1) / (step + 1))
+        if schedule == "cosine":
+            done = step - warmup_steps
+            progress = 0.0 if done <= 0 else min(1.0, done / max(1, total() - warmup_steps))
+            by_time = time_progress(step) if time_progress is not None else None
+            if by_time is not None:
+                progress = max(progress, by_time)
+            return min_lr_ratio + (1 - min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+        return 1.0
+
+    return factor
+
+
+def adamw_with_schedule(
+    parameters: Iterable[Tensor],
+    *,
+    lr: float,
+    betas: tuple[float, float],
+    weight_decay: float,
+    schedule: str,
+    warmup_steps: int,
+    min_lr_ratio: float,
+    total_steps: Callable[[], float],
+    time_progress: Callable[[int], float | None] | None,
+    fused: bool,
+) -> dict[str, Any]:
+    """Lightning's configure_optimizers answer: AdamW and its per-step LambdaLR schedule.
+
+    fused: ask for torch's fused kernel where it takes the tensors (see fused_adamw_supported).
+    """
+    parameters = list(parameters)
+    # Decay matrices (weights of linear maps and embeddings), not biases or norm gains.
+    decay = [p for p in parameters if p.dim() >= 2]
+    no_decay = [p for p in parameters if p.dim() < 2]
+    log.info(
+        "AdamW: %d tensors (%d parameters) with weight decay, %d (%d) without",
+        len(decay), sum(p.numel() for p in decay),
+        len(no_decay), sum(p.numel() for p in no_decay),
+    )  # fmt: skip
+    optimizer = torch.optim.AdamW(
+        [
+            {"params": decay, "weight_decay": weight_decay},
+            {"params": no_decay, "weight_decay": 0.0},
+        ],
+        lr=lr,
+        betas=tuple(betas),
+        fused=fused and fused_adamw_supported(parameters),
+    )
+    factor = lr_lambda(schedule, warmup_steps, total_steps, min_lr_ratio, time_progress)
+    # interval "step": stepped once per optimizer step, so right under gradient accumulation.
+    scheduler = {"scheduler": LambdaLR(optimizer, factor), "interval": "step"}
+    return {"optimizer": optimizer, "lr_scheduler": scheduler}
+
+
+def fused_adamw_supported(params: list[Tensor]) -> bool:
+    """Whether torch's fused AdamW takes these tensors (CPU and CUDA, floating point)."""
+    return bool(params) and all(
+        p.device.type in ("cpu", "cuda") and p.is_floating_point() for p in params
+    )
