@@ -1,0 +1,221 @@
+"""The real-text recipe, measured: each choice of `experiment=parallel_bpe` trained under the same
+time budget on the development corpus, then the decoding choices on one run's checkpoints.
+
+    python bench/recipe.py train base batch256 lr2e-3        # rows by name (ROWS below)
+    python bench/recipe.py train mine:model.lr=3e-3,data.batch_size=512   # or your own
+    python bench/recipe.py train base --budget 30             # minutes of budget per run
+    python bench/recipe.py decode bench/out/recipe/30min-base # greedy, beam, length penalty,
+                                                             # averages of the last N checkpoints
+
+Every row of `train` is `python train.py experiment=parallel_bpe <corpus> trainer.max_time=<budget>
+<row's overrides>` in its own process, one at a time (two torch processes on 2 cores slow each
+other several times: run nothing else meanwhile); its run directory is
+bench/out/recipe/<budget>min-<row>, and a row whose directory holds a summary is read, not run
+again, so an interrupted table resumes where it stopped. `decode` tests one run's checkpoints
+with `train=false` under each decoding setting (beam search costs no training time, so these
+rows share one model). The corpus is Tatoeba English-French (../shared/corpora/tatoeba-en-fr),
+validation and test split off by English sentence; `--reverse` trains French to English.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(ROOT))
+
+from common import print_table  # noqa: E402
+
+CORPUS = ROOT.parent / "shared" / "corpora" / "tatoeba-en-fr" / "en-fr.tsv.gz"
+OUT = ROOT / "bench" / "out" / "recipe"
+
+# Each row changes one or two things from experiment=parallel_bpe with --common applied (the
+# README's table pins what the experiment was before the table tuned it: peak lr 1e-3, one
+# validation an epoch, no averaging, and warmup 300 steps, the share of an 8-minute run that
+# 1,000 steps are of a 30-minute one). Row overrides come after --common and win.
+ROWS: dict[str, list[str]] = {
+    "base": [],
+    "batch64": ["data.batch_size=64"],
+    "batch256": ["data.batch_size=256"],
+    "batch512": ["data.batch_size=512"],
+    "lr2e-3": ["model.lr=2e-3"],
+    "lr3e-3": ["model.lr=3e-3"],
+    "batch64-lr2e-3": ["data.batch_size=64", "model.lr=2e-3"],
+    "lr5e-4": ["model.lr=5e-4"],
+    "warmup300": ["model.warmup_steps=300"],
+    "warmup1000": ["model.warmup_steps=1000"],
+    "warmup3000": ["model.warmup_steps=3000"],
+    "inverse_sqrt": ["model.schedule=inverse_sqrt"],  # no decay to the deadline
+    "bpe4000": ["data.tokenizer.vocab_size=4000"],
+    "bpe16000": ["data.tokenizer.vocab_size=16000"],
+    "dropout0": ["model.net.dropout=0.0"],
+    "dropout0.2": ["model.net.dropout=0.2"],
+    "smoothing0": ["model.label_smoothing=0.0"],
+    "tiny": ["model=tiny", "model.net.max_positions=256"],
+    "wide": ["model.net.d_model=384", "model.net.d_ff=1536"],
+    "deep": ["model.net.num_encoder_layers=6", "model.net.num_decoder_layers=6"],
+}
+
+
+def corpus_overrides(reverse: bool) -> list[str]:
+    src, tgt = ("fr", "en") if reverse else ("en", "fr")
+    return [
+        f"data.corpus.train.file={CORPUS}",
+        f"data.corpus.src_column={src}",
+        f"data.corpus.tgt_column={tgt}",
+    ]
+
+
+def parse_row(spec: str) -> tuple[str, list[str]]:
+    """'name' (a row of ROWS) or 'name:key=value,key=value' (your own)."""
+    name, _, overrides = spec.partition(":")
+    if overrides:
+        return name, overrides.split(",")
+    if name not in ROWS:
+        raise SystemExit(f"unknown row {name!r}: pick from {', '.join(ROWS)} or name:k=v,k=v")
+    return name, ROWS[name]
+
+
+def train_py(overrides: list[str], run_dir: Path) -> float:
+    """Run train.py with these overrides into run_dir; returns the wall time in seconds."""
+    if run_dir.exists():  # a row stopped before its summary: start it again from nothing
+        shutil.rmtree(run_dir)
+    log = run_dir.parent / f"{run_dir.name}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    command = [sys.executable, "train.py", "experiment=parallel_bpe", *overrides,
+               f"hydra.run.dir={run_dir}"]  # fmt: skip
+    print("$", " ".join(command[1:]), flush=True)
+    start = time.perf_counter()
+    with log.open("w") as f:
+        done = subprocess.run(command, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT)
+    if done.returncode:
+        raise SystemExit(f"train.py failed ({done.returncode}): see {log}")
+    return time.perf_counter() - start
+
+
+def training_figures(run_dir: Path) -> dict[str, float]:
+    """Steps, epochs, training seconds, validation BLEU by epoch and parameters of one run."""
+    import torch
+
+    rows = []
+    for path in sorted((run_dir / "csv").glob("version_*/metrics.csv")):
+        with path.open() as f:
+            rows += list(csv.DictReader(f))
+    steps = max(int(r["step"]) for r in rows if r.get("step"))
+    seconds = max(float(r["time/train_s"]) for r in rows if r.get("time/train_s"))
+    val_bleu = [float(r["val/bleu"]) for r in rows if r.get("val/bleu")]
+    ckpt = torch.load(run_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
+    storages = {t.untyped_storage().data_ptr(): t.numel() for t in ckpt["state_dict"].values()}
+    return {
+        "steps": steps,
+        "epochs": ckpt["epoch"] + 1,
+        "train_s": seconds,
+        "val_bleu": val_bleu,
+        "params_m": sum(storages.values()) / 1e6,
+    }
+
+
+def test_figures(run_dir: Path) -> dict[str, float]:
+    summary = json.loads((run_dir / "summary.json").read_text())
+    return {"bleu": summary["test"]["test/bleu"], "chrf": summary["test"]["test/chrf"]}
+
+
+def train_rows(specs: list[str], budget: float, reverse: bool, common: list[str]) -> None:
+    tag = "".join("-" + c.rpartition(".")[2].replace("=", "") for c in common)  # warmup_steps300
+    minutes = f"{budget:g}min" + ("-fr-en" if reverse else "") + tag
+    max_time = time.strftime("00:%H:%M:%S", time.gmtime(budget * 60))
+    table = []
+    for spec in specs:
+        name, overrides = parse_row(spec)
+        run_dir = OUT / f"{minutes}-{name}"
+        if not (run_dir / "summary.json").is_file():
+            wall = train_py([*corpus_overrides(reverse), f"trainer.max_time={max_time}",
+                             *common, *overrides], run_dir)  # fmt: skip
+            (run_dir / "wall_s.txt").write_text(f"{wall:.1f}\n")
+        figures = {**training_figures(run_dir), **test_figures(run_dir)}
+        wall = float((run_dir / "wall_s.txt").read_text())
+        table.append([
+            name, " ".join(overrides) or "(experiment as is)", f"{figures['params_m']:.1f}",
+            f"{figures['steps']:,}", figures["epochs"], f"{figures['train_s']:.0f}",
+            f"{wall:.0f}", f"{100 * figures['val_bleu'][-1]:.1f}" if figures["val_bleu"] else "-",
+            f"{100 * figures['bleu']:.2f}", f"{100 * figures['chrf']:.2f}",
+        ])  # fmt: skip
+        print(f"{name}: {figures}", flush=True)
+    direction = "fr->en" if reverse else "en->fr"
+    print(
+        f"\nBudget {budget:g} min a run ({direction}), every row with {common or 'nothing'} added"
+    )
+    print_table(
+        ["row", "overrides", "params (M)", "steps", "epochs", "train s", "wall s",
+         "val BLEU (greedy)", "test BLEU", "test chrF"],
+        table,
+    )  # fmt: skip
+
+
+def decode_rows(run_dir: Path, reverse: bool, last: list[int]) -> None:
+    """Test one run's checkpoints under each decoding setting, and averages of its last N."""
+    from seq2seq.average import recent_checkpoints, write_average
+
+    best = json.loads((run_dir / "summary.json").read_text())["best_checkpoint"]
+    settings: list[tuple[str, str, list[str]]] = [
+        ("greedy", best, ["model.beam_size=1"]),
+        ("beam 5, length penalty 0.6", best, ["model.beam_size=5", "model.length_penalty=0.6"]),
+        ("beam 5, length penalty 1.0", best, ["model.beam_size=5", "model.length_penalty=1.0"]),
+        ("beam 5, length penalty 1.4", best, ["model.beam_size=5", "model.length_penalty=1.4"]),
+        ("beam 10, length penalty 1.0", best, ["model.beam_size=10", "model.length_penalty=1.0"]),
+    ]
+    for n in last:
+        averaged = run_dir / "checkpoints" / f"bench-average-last{n}.ckpt"
+        if not averaged.is_file():
+            write_average(recent_checkpoints(run_dir, n), averaged)
+        settings.append((f"average of last {n}, beam 5, lp 1.0", str(averaged),
+                         ["model.beam_size=5", "model.length_penalty=1.0"]))  # fmt: skip
+    table = []
+    for label, ckpt, overrides in settings:
+        eval_dir = run_dir / "decode" / label.replace(" ", "").replace(",", "-")
+        if not (eval_dir / "summary.json").is_file():
+            wall = train_py([*corpus_overrides(reverse), "train=false", f"ckpt_path={ckpt}",
+                             *overrides], eval_dir)  # fmt: skip
+            (eval_dir / "wall_s.txt").write_text(f"{wall:.1f}\n")
+        figures = test_figures(eval_dir)
+        wall = float((eval_dir / "wall_s.txt").read_text())
+        table.append([label, Path(ckpt).name, f"{100 * figures['bleu']:.2f}",
+                      f"{100 * figures['chrf']:.2f}",
+                      f"{wall:.0f}"])  # fmt: skip
+    direction = "fr->en" if reverse else "en->fr"
+    print(f"\nDecoding {run_dir.name}'s checkpoints ({direction} test split)")
+    headers = ["decoding", "checkpoint", "test BLEU", "test chrF", "wall s (whole command)"]
+    print_table(headers, table)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    train = sub.add_parser("train", help="train rows under one budget, one after another")
+    train.add_argument("rows", nargs="+", help=f"names ({', '.join(ROWS)}) or name:k=v,k=v")
+    train.add_argument("--budget", type=float, default=10, help="minutes a run (default 10)")
+    train.add_argument("--common", nargs="*", default=[], help="overrides for every row (first)")
+    decode = sub.add_parser("decode", help="decoding settings on one run's checkpoints")
+    decode.add_argument("run_dir", type=Path)
+    decode.add_argument("--last", type=int, nargs="*", default=[2, 4], help="averages to test")
+    for p in (train, decode):
+        p.add_argument("--reverse", action="store_true", help="French to English")
+    args = parser.parse_args()
+    if not CORPUS.is_file():
+        raise SystemExit(f"the development corpus is missing: {CORPUS}")
+    if args.command == "train":
+        train_rows(args.rows, args.budget, args.reverse, args.common)
+    else:
+        decode_rows(args.run_dir, args.reverse, args.last)
+
+
+if __name__ == "__main__":
+    main()
