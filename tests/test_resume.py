@@ -48,6 +48,9 @@ def start(run_dir: Path, data_dir: Path, *extra: str, stdout: int = subprocess.D
         [sys.executable, str(ROOT / "train.py"), *RUN, f"paths.data_dir={data_dir}",
          f"hydra.run.dir={run_dir}", *extra],
         cwd=run_dir.parent, stdout=stdout, stderr=subprocess.PIPE, text=True,
+        # As from a terminal: a suite started in the background (nohup, `&` in a script)
+        # passes SIGINT on ignored, and then Python, rightly, never sees a Ctrl-C.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )  # fmt: skip
 
 
@@ -154,8 +157,18 @@ def test_a_signal_saves_a_last_checkpoint_that_resumes_exactly(
     assert_resumed_exactly(run_dir, step, uninterrupted)
 
 
-def test_ctrl_c_asks_to_stop_after_the_batch_and_a_second_stops_at_once(tmp_path: Path) -> None:
-    import signal as signals
+@pytest.fixture
+def sigint_as_from_a_terminal():
+    """Python's own Ctrl-C handler while the test runs, whatever the suite inherited: a suite
+    started in the background (nohup, `&` in a script) has SIGINT ignored."""
+    inherited = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, inherited)
+
+
+def test_ctrl_c_asks_to_stop_after_the_batch_and_a_second_stops_at_once(
+    tmp_path: Path, sigint_as_from_a_terminal: None
+) -> None:
     from types import SimpleNamespace
 
     from seq2seq.callbacks import InterruptCheckpoint
@@ -164,17 +177,23 @@ def test_ctrl_c_asks_to_stop_after_the_batch_and_a_second_stops_at_once(tmp_path
     trainer = SimpleNamespace(world_size=1, received_sigterm=False)
     callback.on_train_start(trainer, None)
     try:
-        assert signals.getsignal(signals.SIGINT) == callback._on_ctrl_c
-        signals.raise_signal(signals.SIGINT)  # the first Ctrl-C only asks
+        assert signal.getsignal(signal.SIGINT) == callback._on_ctrl_c
+        signal.raise_signal(signal.SIGINT)  # the first Ctrl-C only asks
         assert callback._ctrl_c
         with pytest.raises(KeyboardInterrupt):
-            signals.raise_signal(signals.SIGINT)  # the second stops now
+            signal.raise_signal(signal.SIGINT)  # the second stops now
     finally:
         callback.teardown(trainer, None, "fit")
-    assert signals.getsignal(signals.SIGINT) is signals.default_int_handler
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     # Under DDP the ranks would stop at different batches: Lightning's own handling stays.
     callback.on_train_start(SimpleNamespace(world_size=2, received_sigterm=False), None)
-    assert signals.getsignal(signals.SIGINT) is signals.default_int_handler
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    # Started with Ctrl-C ignored (nohup, a background job): it stays ignored.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    callback.on_train_start(trainer, None)
+    assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    callback.teardown(trainer, None, "fit")
+    assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
 
 
 def test_resume_from_a_missing_checkpoint_fails_clearly(tmp_path: Path, data_dir: Path) -> None:
