@@ -17,17 +17,53 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from seq2seq.model import Seq2SeqTransformer
+from seq2seq.model import DecoderCache, Seq2SeqTransformer
 
-__all__ = ["beam_search", "greedy_decode", "max_decode_length", "sample_decode"]
+__all__ = [
+    "DECODING_KEYS",
+    "beam_search",
+    "decode_length_limit",
+    "greedy_decode",
+    "max_decode_length",
+    "sample_decode",
+]
+
+# The module hyperparameters that set decoding: translate and an export read them.
+DECODING_KEYS = ("max_len_a", "max_len_b", "beam_size", "length_penalty")
+
+
+def decode_length_limit(
+    source_length: int, max_len_a: float, max_len_b: int, max_positions: int
+) -> int:
+    """At most a * S + b new tokens (fairseq's rule) for a longest source of S tokens, and no
+    more than the model's positions. Translating with CTranslate2 uses the same rule."""
+    return max(1, min(int(max_len_a * source_length + max_len_b), max_positions))
 
 
 def max_decode_length(
     model: Seq2SeqTransformer, src: Tensor, max_len_a: float, max_len_b: int
 ) -> int:
-    """At most a * S + b new tokens (fairseq's rule), and no more than the model's positions."""
+    """decode_length_limit for the (B, S) padded source batch src."""
     source_length = int(model.keep_mask(src).sum(1).max().item()) if src.numel() else 0
-    return max(1, min(int(max_len_a * source_length + max_len_b), model.config.max_positions))
+    return decode_length_limit(source_length, max_len_a, max_len_b, model.config.max_positions)
+
+
+def _next_token_logits(
+    model: Seq2SeqTransformer,
+    step_input: Tensor,
+    memory: Tensor,
+    memory_mask: Tensor,
+    cache: DecoderCache | None,
+) -> Tensor:
+    """(B, V) logits of the next token after step_input's last position.
+
+    <pad> and <bos> are never outputs, so they get -inf (fairseq does the same): a generated
+    <pad> would be masked out of the decoder's own input at the next step, and a CTranslate2
+    export, which knows no padding token, would read it as a word.
+    """
+    logits = model.decode(step_input, memory, memory_mask, cache, last_only=True)[:, -1]
+    never = torch.tensor([model.config.pad_id, model.config.bos_id], device=logits.device)
+    return logits.index_fill(-1, never, float("-inf"))
 
 
 def _token_by_token(
@@ -48,7 +84,7 @@ def _token_by_token(
         # Only the newest position's logits, with or without the cache: the uncached reference
         # then re-runs the decoder over the prefix, as a naive loop would, but not the output
         # projection of positions it has already decided.
-        logits = model.decode(step_input, memory, memory_mask, cache, last_only=True)[:, -1]
+        logits = _next_token_logits(model, step_input, memory, memory_mask, cache)
         token = pick(logits).masked_fill(finished, cfg.pad_id)
         prefix = torch.cat([prefix, token[:, None]], dim=1)
         finished |= token == cfg.eos_id
@@ -164,7 +200,7 @@ def beam_search(
     offsets = (torch.arange(b, device=device) * k)[:, None]  # (B, 1)
 
     for _ in range(max_len):
-        logits = model.decode(tokens[:, -1:], memory, memory_mask, cache)[:, -1]  # (B*K, V)
+        logits = _next_token_logits(model, tokens[:, -1:], memory, memory_mask, cache)  # (B*K, V)
         step = logits.float().log_softmax(-1).view(b, k, -1)  # (B, K, V)
         vocab = step.size(-1)
         # A finished beam can only continue with padding, at no cost.

@@ -4,9 +4,11 @@
     python -m seq2seq.translate --ckpt best.ckpt --input sources.txt > outputs.txt
     cat sources.txt | python -m seq2seq.translate --ckpt best.ckpt --beam 4
     python -m seq2seq.translate --ckpt best.ckpt --sample --top-p 0.9 --seed 1 "3 1 4"
+    python -m seq2seq.translate --model model-ct2 --beam 4 "3 1 4"   # a seq2seq.export
 
 Outputs come in input order. Empty input lines give empty output lines. With --n-best N > 1,
-each input gives N lines "INDEX<TAB>SCORE<TAB>OUTPUT", best first.
+each input gives N lines "INDEX<TAB>SCORE<TAB>OUTPUT", best first. --model translates with
+CTranslate2 (pip install -e ".[export]"): same tokenizers, options and output.
 """
 
 from __future__ import annotations
@@ -21,7 +23,13 @@ from torch import Tensor
 
 from seq2seq.checkpoint import load_module
 from seq2seq.data.tokenizer import clean, decode_line
-from seq2seq.decoding import beam_search, greedy_decode, max_decode_length, sample_decode
+from seq2seq.decoding import (
+    DECODING_KEYS,
+    beam_search,
+    decode_length_limit,
+    greedy_decode,
+    sample_decode,
+)
 
 
 @dataclass
@@ -40,7 +48,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("texts", nargs="*", help="inputs; none: read --input or standard input")
-    parser.add_argument("--ckpt", required=True, help="a checkpoint written by train.py")
+    model = parser.add_mutually_exclusive_group(required=True)
+    model.add_argument("--ckpt", help="a checkpoint written by train.py")
+    model.add_argument("--model", help="a CTranslate2 directory written by seq2seq.export")
     parser.add_argument("--input", help="a file with one input a line ('-': standard input)")
     parser.add_argument("--beam", type=int, default=1, help="beam width (1: greedy)")
     parser.add_argument("--n-best", type=int, default=1, help="outputs per input (<= --beam)")
@@ -54,6 +64,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, mps")
     parser.add_argument(
+        "--compute-type", default=None,
+        help="--model only: CTranslate2's compute type (default: the export's; e.g. int8)",
+    )  # fmt: skip
+    parser.add_argument(
         "--truncate", action="store_true", help="cut inputs longer than the model accepts"
     )
     parser.add_argument("--debug", action="store_true", help="show an error's traceback")
@@ -62,6 +76,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         parser.error("--sample draws one output per input: drop --beam and --n-best")
     if args.batch_size < 1:
         parser.error(f"--batch-size must be at least 1, got {args.batch_size}")
+    if args.max_len is not None and args.max_len < 1:
+        parser.error(f"--max-len must be at least 1, got {args.max_len}")
+    if args.compute_type is not None and args.ckpt:
+        parser.error("--compute-type is for a CTranslate2 --model; drop it with --ckpt")
     return args
 
 
@@ -106,31 +124,57 @@ def pad(rows: list[list[int]], pad_id: int, device: torch.device) -> Tensor:
     return torch.tensor([r + [pad_id] * (width - len(r)) for r in rows], device=device)
 
 
-def decode_batch(module, src: Tensor, args: argparse.Namespace, generator) -> list[list[tuple]]:
-    """Per input, a list of (score, token ids) pairs, best first."""
-    hp = module.hparams
-    max_len = args.max_len or max_decode_length(module.model, src, hp.max_len_a, hp.max_len_b)
-    max_len = min(max_len, module.config.max_positions)
-    if args.sample:
-        out = sample_decode(
-            module.model, src, max_len, args.temperature, args.top_k, args.top_p, generator
-        )
-        return [[(float("nan"), row)] for row in out.tolist()]
-    if args.beam == 1:
-        return [[(float("nan"), row)] for row in greedy_decode(module.model, src, max_len).tolist()]
-    penalty = hp.length_penalty if args.length_penalty is None else args.length_penalty
-    tokens, scores = beam_search(module.model, src, max_len, args.beam, penalty, args.n_best)
-    return [
-        list(zip(s, t, strict=True)) for s, t in zip(scores.tolist(), tokens.tolist(), strict=True)
-    ]
+class CheckpointModel:
+    """translate's --ckpt path: the checkpoint's model, searching with seq2seq.decoding.
+
+    It shares ExportedModel's interface (src_vocab, tgt_vocab, max_positions, decoding,
+    generate), so translate runs one way for both.
+    """
+
+    def __init__(self, path: str, device: str = "cpu", seed: int = 0) -> None:
+        self.device = torch.device(device)
+        self.module = load_module(path, map_location=self.device)
+        self.src_vocab, self.tgt_vocab = self.module.src_vocab, self.module.tgt_vocab
+        self.max_positions = self.module.config.max_positions
+        self.decoding = {key: self.module.hparams[key] for key in DECODING_KEYS}
+        self.generator = torch.Generator(device=self.device).manual_seed(seed)
+
+    def generate(self, rows: list[list[int]], max_len: int, args: argparse.Namespace) -> list:
+        """Per source row of token ids, a list of (score, token ids) pairs, best first."""
+        model, src = self.module.model, pad(rows, self.src_vocab.pad_id, self.device)
+        if args.sample:
+            out = sample_decode(
+                model, src, max_len, args.temperature, args.top_k, args.top_p, self.generator
+            )
+            return [[(float("nan"), row)] for row in out.tolist()]
+        if args.beam == 1:
+            return [[(float("nan"), row)] for row in greedy_decode(model, src, max_len).tolist()]
+        penalty = args.length_penalty
+        penalty = self.decoding["length_penalty"] if penalty is None else penalty
+        tokens, scores = beam_search(model, src, max_len, args.beam, penalty, args.n_best)
+        return [
+            list(zip(s, t, strict=True))
+            for s, t in zip(scores.tolist(), tokens.tolist(), strict=True)
+        ]
+
+
+def load_model(args: argparse.Namespace):
+    """The --ckpt or --model to translate with."""
+    if args.ckpt:
+        return CheckpointModel(args.ckpt, args.device, args.seed)
+    from seq2seq.exported import ExportedModel  # imports CTranslate2, an optional extra
+
+    return ExportedModel(
+        args.model, args.device, args.compute_type or "default", torch.get_num_threads(),
+        args.seed,
+    )  # fmt: skip
 
 
 def translate(args: argparse.Namespace) -> list[str]:
     """The output lines for the inputs, in order."""
-    device = torch.device(args.device)
-    module = load_module(args.ckpt, map_location=device)
+    model = load_model(args)
     lines = read_inputs(args)
-    encoded = encode_inputs(lines, module.src_vocab, module.config.max_positions, args.truncate)
+    encoded = encode_inputs(lines, model.src_vocab, model.max_positions, args.truncate)
     for item in encoded:
         if item.unknown:
             print(
@@ -138,17 +182,19 @@ def translate(args: argparse.Namespace) -> list[str]:
                 "mapped to <unk>",
                 file=sys.stderr,
             )
-    generator = torch.Generator(device=device).manual_seed(args.seed)
+    a, b = model.decoding["max_len_a"], model.decoding["max_len_b"]
     results: dict[int, list[tuple]] = {}
     for batch in batches(encoded, args.batch_size):
-        src = pad([item.ids for item in batch], module.src_vocab.pad_id, device)
-        for item, hyps in zip(batch, decode_batch(module, src, args, generator), strict=True):
+        rows = [item.ids for item in batch]
+        limit = decode_length_limit(max(len(row) for row in rows), a, b, model.max_positions)
+        max_len = min(args.max_len or limit, model.max_positions)
+        for item, hyps in zip(batch, model.generate(rows, max_len, args), strict=True):
             results[item.index] = hyps
     out = []
     for index in range(len(lines)):
         hyps = results.get(index, [(float("nan"), [])] * args.n_best)
         for score, ids in hyps:
-            text = module.tgt_vocab.decode(ids)
+            text = model.tgt_vocab.decode(ids)
             out.append(text if args.n_best == 1 else f"{index}\t{score:.4f}\t{text}")
     return out
 

@@ -52,12 +52,14 @@ def sources(batch: int = 12, seed: int = 1) -> Tensor:
 
 @torch.no_grad()
 def sequence_log_prob(model: Seq2SeqTransformer, src: Tensor, out: Tensor) -> Tensor:
-    """(B,) teacher-forced log-probability of each output up to and including its EOS."""
+    """(B,) teacher-forced log-probability of each output up to and including its EOS, with
+    <pad> and <bos> ruled out as the search rules them out (they are never outputs)."""
     tgt_in = torch.cat([torch.full((out.size(0), 1), BOS), out[:, :-1]], 1)
-    logp = model(src, tgt_in).log_softmax(-1).gather(-1, out[..., None]).squeeze(-1)
+    logits = model(src, tgt_in).index_fill(-1, torch.tensor([PAD, BOS]), float("-inf"))
+    logp = logits.log_softmax(-1).gather(-1, out[..., None]).squeeze(-1)
     ended = (out == EOS).long().cumsum(1)
     counted = (ended == 0) | ((ended == 1) & (out == EOS))  # up to the first EOS
-    return (logp * counted).sum(1)
+    return torch.where(counted, logp, 0.0).sum(1)  # -inf (a <pad> after EOS) times 0 is nan
 
 
 def test_batch_greedy_equals_each_example_alone(trained: Seq2SeqTransformer) -> None:
@@ -88,6 +90,31 @@ def test_greedy_stops_at_eos_and_pads_after(trained: Seq2SeqTransformer) -> None
     assert (out == EOS).any(1).all()
     after_eos = (out == EOS).long().cumsum(1) - (out == EOS).long() > 0
     assert (out[after_eos] == PAD).all()
+
+
+def test_pad_and_bos_are_never_outputs_even_when_most_likely(
+    trained: Seq2SeqTransformer,
+) -> None:
+    def decode_all(model: Seq2SeqTransformer) -> dict[str, Tensor]:
+        src, seeded = sources(), torch.Generator().manual_seed(0)
+        return {
+            "greedy": greedy_decode(model, src, max_len=10),
+            "beam": beam_search(model, src, max_len=10, beam_size=3)[0],
+            "sample": sample_decode(model, src, max_len=10, generator=seeded),
+        }
+
+    plain = decode_all(trained)
+    boost = torch.zeros(VOCAB)
+    boost[PAD], boost[BOS] = 100.0, 50.0  # <pad>, then <bos>, the likeliest everywhere
+    hook = trained.generator.register_forward_hook(lambda _m, _i, logits: logits + boost)
+    try:
+        boosted = decode_all(trained)
+    finally:
+        hook.remove()
+    for name, out in boosted.items():
+        assert torch.equal(out, plain[name]), name  # the boost changed nothing
+        before_eos = (out == EOS).long().cumsum(-1) == 0
+        assert not (out[before_eos] == PAD).any() and not (out == BOS).any(), name
 
 
 def test_beam_of_one_equals_greedy(trained: Seq2SeqTransformer) -> None:

@@ -1,0 +1,121 @@
+"""A model directory written by seq2seq.export, translating with CTranslate2.
+
+translate's --model path: the same tokenizers, length rule and decoding defaults as the
+checkpoint it came from, with CTranslate2's search in place of seq2seq.decoding. Token ids go
+in and come out (mapped to and from CTranslate2's token strings), so tokenizing, detokenizing
+and the <unk> warnings are the PyTorch path's own.
+"""
+
+from __future__ import annotations
+
+import json
+from argparse import Namespace
+from pathlib import Path
+from typing import Any
+
+from seq2seq.data.tokenizer import load_tokenizer
+from seq2seq.export import EXPORT_FILE, EXPORT_FORMAT, import_ctranslate2, token_strings
+
+__all__ = ["ExportedModel"]
+
+
+class ExportedModel:
+    """Loads DIR (model.bin, the vocabularies, the tokenizers, seq2seq.json).
+
+    Args:
+        path: the directory seq2seq.export wrote.
+        device: "cpu", "cuda" or "cuda:N".
+        compute_type: CTranslate2's type to compute in ("default": the exported weights' type;
+            "int8" quantizes a float32 export as it loads).
+        threads: CTranslate2's intra_threads (0: its default).
+        seed: for sampling.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        device: str = "cpu",
+        compute_type: str = "default",
+        threads: int = 0,
+        seed: int = 0,
+    ) -> None:
+        ctranslate2 = import_ctranslate2()
+        path = Path(path)
+        about = read_export(path)
+        self.path = path
+        self.about = about
+        self.src_vocab = load_tokenizer(path / "src_tokenizer.json")
+        self.tgt_vocab = load_tokenizer(path / "tgt_tokenizer.json")
+        self.max_positions: int = about["model"]["max_positions"]
+        self.decoding: dict[str, Any] = about["decoding"]
+        self._src_tokens = token_strings(self.src_vocab)
+        self._tgt_ids = {token: i for i, token in enumerate(token_strings(self.tgt_vocab))}
+        kind, _, index = device.partition(":")
+        if kind not in ("cpu", "cuda") or (index and not index.isdigit()):
+            raise ValueError(
+                f"--device for a CTranslate2 model is cpu, cuda or cuda:N, got {device}"
+            )
+        try:
+            self.translator = ctranslate2.Translator(
+                str(path), device=kind, device_index=int(index or 0),
+                compute_type=compute_type, intra_threads=threads,
+            )  # fmt: skip
+        except (RuntimeError, ValueError) as error:
+            detail = " ".join(str(error).split())
+            raise ValueError(f"CTranslate2 cannot load {path}: {detail}") from None
+        ctranslate2.set_random_seed(seed)
+
+    def generate(self, rows: list[list[int]], max_len: int, args: Namespace) -> list[list[tuple]]:
+        """Per source row of token ids, a list of (score, token ids) pairs, best first.
+
+        args holds translate's search settings: beam, n_best, length_penalty (None: the
+        export's default), sample, temperature, top_k (0: all), top_p.
+        """
+        source = [[self._src_tokens[i] for i in row] for row in rows]
+        options: dict[str, Any] = {
+            "max_decoding_length": max_len,
+            # Ours lets EOS come first (an empty output); CTranslate2's default min is 1.
+            "min_decoding_length": 0,
+            "return_scores": True,
+        }
+        if args.sample:
+            options.update(
+                beam_size=1, sampling_topk=args.top_k, sampling_topp=args.top_p,
+                sampling_temperature=args.temperature,
+            )  # fmt: skip
+        else:
+            penalty = args.length_penalty
+            options.update(
+                beam_size=args.beam, num_hypotheses=args.n_best,
+                length_penalty=self.decoding["length_penalty"] if penalty is None else penalty,
+            )  # fmt: skip
+        results = self.translator.translate_batch(source, **options)
+        return [
+            [
+                (score, [self._tgt_ids[token] for token in tokens])
+                for score, tokens in zip(result.scores, result.hypotheses, strict=True)
+            ]
+            for result in results
+        ]
+
+
+def read_export(path: Path) -> dict[str, Any]:
+    """seq2seq.json of an export, with one-line errors for a directory that is not one."""
+    hint = f"export a checkpoint with: python -m seq2seq.export CKPT --out {path}"
+    if not path.is_dir():
+        raise ValueError(f"--model {path} is not a directory; {hint}")
+    about_path = path / EXPORT_FILE
+    if not about_path.is_file():
+        raise ValueError(
+            f"--model {path} is not a seq2seq export (it has no {EXPORT_FILE}); {hint}"
+        )
+    try:
+        about = json.loads(about_path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ValueError(f"{about_path} is not valid JSON ({error}); {hint}") from None
+    found = about.get("format") if isinstance(about, dict) else None
+    if found != EXPORT_FORMAT:
+        raise ValueError(
+            f"{path} is export format {found!r}; this version reads format {EXPORT_FORMAT}: {hint}"
+        )
+    return about

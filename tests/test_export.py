@@ -1,0 +1,336 @@
+"""Export to CTranslate2: the exported model must be our model.
+
+For briefly trained tiny models of each kind the project trains (symbol tokens on copy,
+characters on number words, shared byte-level BPE with tied embeddings on real text, post-norm,
+learned positions), greedy outputs from the export must equal ours token for token, and every
+beam-search hypothesis CTranslate2 returns must get the same score from our model (forced
+decoding) that CTranslate2 reports: the two searches may rank differently, the models may not.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import sys
+from pathlib import Path
+
+import ctranslate2  # the dev extra installs it (CI too): these tests never skip silently
+import pytest
+import torch
+from helpers import compose_train
+
+from seq2seq import export as export_cli
+from seq2seq import translate as translate_cli
+from seq2seq.checkpoint import load_module
+from seq2seq.decoding import beam_search, greedy_decode
+from seq2seq.export import export, token_strings
+from seq2seq.module import Seq2SeqModule
+from train import train
+
+CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpora" / "tatoeba-en-fr"
+BRIEF = ["trainer.max_epochs=2", "test=false", "average_last=0"]
+COPY = ["data.max_len=8", "data.train_size=2000", "data.val_size=32", "data.test_size=32"]
+
+# Overrides of train.yaml per kind (each run is a few seconds on 2 cores).
+KINDS: dict[str, list[str]] = {
+    "post_norm": [*COPY, "model.net.norm_first=false", "model.lr=1e-3"],
+    "learned_positions": [*COPY, "model.net.positional=learned", "model.lr=3e-3"],
+    "char": [
+        "experiment=numbers_en_de", "model=tiny", "data.corpus.train_size=3000",
+        "data.corpus.val_size=32", "data.corpus.test_size=300", "data.corpus.high=999",
+    ],
+}  # fmt: skip
+
+
+def bpe_overrides(tmp_path: Path) -> list[str]:
+    """experiment=parallel_bpe (shared BPE, shared and tied embeddings) on 4,000 real pairs."""
+    path = tmp_path / "pairs.tsv"
+    with gzip.open(CORPUS / "en-fr.tsv.gz", "rt", encoding="utf-8") as f:
+        lines = [next(f) for _ in range(4001)]
+    path.write_text("".join(lines), encoding="utf-8")
+    return [
+        "experiment=parallel_bpe", "model=tiny", "data.max_length=64",
+        "model.net.share_embeddings=true", "model.net.tie_output=true",
+        f"data.corpus.train.file={path}", "data.corpus.src_column=en",
+        "data.corpus.tgt_column=fr", "data.tokenizer.vocab_size=600", "data.max_tokens=2048",
+        "data.val_size=32", "data.test_size=300", "trainer.max_epochs=3",
+        "model.warmup_steps=50", "trainer.val_check_interval=1.0",
+    ]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def checkpoints(
+    tmp_path_factory: pytest.TempPathFactory, data_dir: Path, trained
+) -> dict[str, str]:
+    """One brief training run per kind; copy (symbol tokens) is the suite's shared run."""
+    found = {"copy": trained[0]["best_checkpoint"]}
+    for kind in [*KINDS, "bpe"]:
+        tmp_path = tmp_path_factory.mktemp(kind)
+        overrides = bpe_overrides(tmp_path) if kind == "bpe" else KINDS[kind]
+        cfg = compose_train(tmp_path, data_dir, [*overrides, *BRIEF])
+        train(cfg)
+        found[kind] = str(tmp_path / "run" / "checkpoints" / "last.ckpt")
+    return found
+
+
+def sources(module, count: int, seed: int = 0) -> list[list[int]]:
+    """count source rows: the kind's own test split where it has one, else random symbols."""
+    generator = torch.Generator().manual_seed(seed)
+    vocab_size = len(module.src_vocab)
+    lengths = torch.randint(1, 9, (count,), generator=generator).tolist()
+    return [torch.randint(4, vocab_size, (n,), generator=generator).tolist() for n in lengths]
+
+
+def text_sources(module, kind: str, count: int) -> list[list[int]]:
+    """Real inputs for the text kinds (numbers as words, English sentences), random for copy."""
+    if kind == "char":
+        from num2words import num2words
+
+        texts = [num2words(n, lang="en") for n in range(0, 3 * count, 3)]
+    elif kind == "bpe":
+        with gzip.open(CORPUS / "en-fr.tsv.gz", "rt", encoding="utf-8") as f:
+            lines = [next(f) for _ in range(4001 + count)][4001:]  # after the training pairs
+        texts = [line.split("\t")[0] for line in lines]
+    else:
+        return sources(module, count)
+    return [module.src_vocab.encode(text) for text in texts]
+
+
+def forced_score(module, src: list[int], hyp: list[int], penalty: float, ended: bool) -> float:
+    """Our model's beam score of hyp (+ EOS if it ended): log-probability / length ** penalty,
+    with <pad> and <bos> ruled out as our search rules them out."""
+    cfg = module.config
+    target = [*hyp, cfg.eos_id] if ended else hyp
+    with torch.inference_mode():
+        tgt_in = torch.tensor([[cfg.bos_id, *hyp]])[:, : len(target)]
+        logits = module.model(torch.tensor([src]), tgt_in)
+    logits = logits.index_fill(-1, torch.tensor([cfg.pad_id, cfg.bos_id]), float("-inf"))
+    log_prob = logits[0].log_softmax(-1).gather(1, torch.tensor(target)[:, None]).sum()
+    return log_prob.item() / len(target) ** penalty
+
+
+def ct2_translate(translator, module, rows, beam_size: int = 1, **options) -> list:
+    """CTranslate2's search on rows of our token ids; (score, ids) per hypothesis, as ours."""
+    tokens, ids = token_strings(module.src_vocab), token_strings(module.tgt_vocab)
+    back = {token: i for i, token in enumerate(ids)}
+    results = translator.translate_batch(
+        [[tokens[i] for i in row] for row in rows],
+        beam_size=beam_size,
+        min_decoding_length=0,
+        return_scores=True,
+        **options,
+    )
+    return [
+        [(score, [back[t] for t in hyp]) for score, hyp in zip(r.scores, r.hypotheses, strict=True)]
+        for r in results
+    ]
+
+
+def strip(row: list[int], eos: int) -> list[int]:
+    """Our output row as CTranslate2 gives it: the tokens before EOS, without padding."""
+    return [t for t in (row[: row.index(eos)] if eos in row else row) if t != 0]
+
+
+def loaded(kind: str, checkpoints: dict, exports: dict) -> tuple:
+    """Our module of that kind, and CTranslate2 on its export (2 threads, as this machine)."""
+    translator = ctranslate2.Translator(str(exports[kind]), intra_threads=2)
+    return load_module(checkpoints[kind]), translator
+
+
+@pytest.fixture(scope="module")
+def exports(checkpoints: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> dict:
+    out = tmp_path_factory.mktemp("exports")
+    return {kind: export(path, out / kind) for kind, path in checkpoints.items()}
+
+
+KIND_NAMES = ["copy", "char", "bpe", "post_norm", "learned_positions"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", KIND_NAMES)
+def test_greedy_outputs_equal_ours_token_for_token(kind, checkpoints, exports) -> None:
+    module, translator = loaded(kind, checkpoints, exports)
+    rows = text_sources(module, kind, 300)
+    theirs = ct2_translate(translator, module, rows, max_decoding_length=64)
+    differ, nonempty = [], 0
+    for batch in range(0, len(rows), 50):
+        part = rows[batch : batch + 50]
+        width = max(map(len, part))
+        src = torch.tensor([r + [0] * (width - len(r)) for r in part])
+        ours = greedy_decode(module.model, src, 64).tolist()
+        for i, row in enumerate(ours):
+            mine = strip(row, module.config.eos_id)
+            nonempty += bool(mine)
+            if mine != theirs[batch + i][0][1]:
+                differ.append((batch + i, mine, theirs[batch + i][0][1]))
+    assert not differ, f"{len(differ)} of {len(rows)} greedy outputs differ, e.g. {differ[:3]}"
+    assert nonempty > len(rows) // 2  # a model that says nothing would match trivially
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", KIND_NAMES)
+def test_beam_scores_are_our_models_and_top_outputs_agree(kind, checkpoints, exports) -> None:
+    module, translator = loaded(kind, checkpoints, exports)
+    rows = text_sources(module, kind, 100)
+    penalty, max_len = 0.6, 64
+    theirs = ct2_translate(
+        translator, module, rows, beam_size=4, num_hypotheses=4, length_penalty=penalty,
+        max_decoding_length=max_len,
+    )  # fmt: skip
+    same_top = 0
+    for row, hyps in zip(rows, theirs, strict=True):
+        for score, hyp in hyps:  # the same model: our score of their hypothesis is theirs
+            ours = forced_score(module, row, hyp, penalty, ended=len(hyp) < max_len)
+            assert ours == pytest.approx(score, abs=2e-4)
+        tokens, scores = beam_search(module.model, torch.tensor([row]), max_len, 4, penalty)
+        mine = strip(tokens[0, 0].tolist(), module.config.eos_id)
+        same_top += mine == hyps[0][1]
+        if mine == hyps[0][1]:
+            assert scores[0, 0].item() == pytest.approx(hyps[0][0], abs=2e-4)
+    # The searches differ (CTranslate2 retires a finished hypothesis and stops once beam-size
+    # hypotheses finished; ours keeps it, frozen, until every beam finished): the best output
+    # agrees on at least 95 of 100 inputs.
+    assert same_top >= 95, f"the best beam output agrees on {same_top} of {len(rows)} inputs"
+
+
+def test_translate_with_the_export_prints_what_the_checkpoint_prints(
+    checkpoints, exports, capsys
+) -> None:
+    inputs = ["3 1 4 1 5", "", "2 7 1 8", "9 9 x"]
+    outputs = {}
+    for flag, path in (("--ckpt", checkpoints["copy"]), ("--model", str(exports["copy"]))):
+        for extra in ([], ["--beam", "4"], ["--max-len", "3"], ["--batch-size", "1"]):
+            assert translate_cli.main([flag, path, *extra, *inputs]) == 0
+            captured = capsys.readouterr()
+            outputs[flag, " ".join(extra)] = (captured.out, captured.err)
+    for (_, extra), printed in outputs.items():
+        assert printed == outputs["--ckpt", extra]
+    assert outputs["--model", "--max-len 3"][0].splitlines()[0] == "3 1 4"  # cut at 3
+    out, err = outputs["--model", ""]
+    assert out.splitlines()[:3] == ["3 1 4 1 5", "", "2 7 1 8"]
+    assert "input line 4: 1 unknown token(s)" in err
+
+
+def test_translate_with_the_export_samples_and_gives_n_best(exports, capsys) -> None:
+    model = str(exports["char"])
+    args = ["--model", model, "--beam", "4", "--n-best", "3", "three hundred and two"]
+    assert translate_cli.main(args) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split("\t")[0] for line in lines] == ["0", "0", "0"]
+    scores = [float(line.split("\t")[1]) for line in lines]
+    assert scores == sorted(scores, reverse=True)
+    sample = ["--model", model, "--sample", "--temperature", "2.0", "--seed", "1"]
+    runs = []
+    for _ in range(2):
+        assert translate_cli.main([*sample, *["three hundred and two"] * 8]) == 0
+        runs.append(capsys.readouterr().out)
+    assert runs[0] == runs[1]  # seeded
+    assert len(set(runs[0].splitlines())) > 1  # and sampled: a hot temperature varies
+
+
+def test_export_writes_what_translating_needs(checkpoints, exports) -> None:
+    directory = exports["bpe"]
+    names = {path.name for path in directory.iterdir()}
+    assert {"model.bin", "config.json", "src_tokenizer.json", "tgt_tokenizer.json"} <= names
+    assert "shared_vocabulary.json" in names  # one BPE vocabulary for both sides
+    about = json.loads((directory / "seq2seq.json").read_text())
+    module = load_module(checkpoints["bpe"])
+    assert about["checkpoint"] == str(Path(checkpoints["bpe"]).resolve())
+    assert about["model"] == module.config.to_dict()
+    assert about["decoding"] == {"max_len_a": 1.2, "max_len_b": 10, "beam_size": 5,
+                                 "length_penalty": 1.0}  # fmt: skip
+    config = json.loads((directory / "config.json").read_text())
+    assert config["decoder_start_token"] == "<bos>"
+    assert config["eos_token"] == "<eos>"
+    assert config["layer_norm_epsilon"] == pytest.approx(1e-5)
+
+
+def test_int8_export_loads_and_mostly_agrees(checkpoints, exports, tmp_path, capsys) -> None:
+    out = tmp_path / "int8"
+    assert export_cli.main([checkpoints["char"], "--out", str(out), "--quantization", "int8"]) == 0
+    assert (out / "model.bin").stat().st_size < (exports["char"] / "model.bin").stat().st_size / 2
+    module = load_module(checkpoints["char"])
+    rows = text_sources(module, "char", 100)
+    int8 = ct2_translate(ctranslate2.Translator(str(out)), module, rows, max_decoding_length=64)
+    full = ct2_translate(
+        ctranslate2.Translator(str(exports["char"])), module, rows, max_decoding_length=64
+    )
+    agree = sum(a[0][1] == b[0][1] for a, b in zip(int8, full, strict=True))
+    assert agree >= 60, f"int8 agrees with float32 on {agree} of 100"  # reported, not equal
+
+
+def untrained_checkpoint(path: Path, **net) -> str:
+    """A checkpoint of a fresh tiny model with these ModelConfig fields (no training)."""
+    vocab = {"kind": "symbol", "symbols": [str(i) for i in range(10)]}
+    net = {"d_model": 32, "num_heads": 4, "d_ff": 64, "max_positions": 32, **net}
+    module = Seq2SeqModule(net=net, src_vocab=vocab, tgt_vocab=vocab)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({"state_dict": module.state_dict(), "hyper_parameters": dict(module.hparams)}, path)
+    return str(path)
+
+
+def test_heads_narrower_than_d_model_over_heads_export_exactly(tmp_path) -> None:
+    ckpt = untrained_checkpoint(tmp_path / "narrow.ckpt", k_dim=4, v_dim=4)
+    out = export(ckpt, tmp_path / "narrow")
+    module = load_module(ckpt)
+    rows = sources(module, 50)
+    theirs = ct2_translate(ctranslate2.Translator(str(out)), module, rows, max_decoding_length=12)
+    for row, hyps in zip(rows, theirs, strict=True):
+        ours = greedy_decode(module.model, torch.tensor([row]), 12)[0].tolist()
+        assert strip(ours, module.config.eos_id) == hyps[0][1]
+
+
+def test_export_refuses_what_ctranslate2_cannot_run(tmp_path, capsys) -> None:
+    ckpt = untrained_checkpoint(tmp_path / "kv.ckpt", k_dim=8, v_dim=4)
+    assert export_cli.main([ckpt, "--out", str(tmp_path / "out")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: cannot export model.net.k_dim=8 with model.net.v_dim=4")
+    assert not (tmp_path / "out").exists()  # nothing written
+
+
+def test_export_never_overwrites_a_directory_that_holds_files(checkpoints, tmp_path, capsys):
+    out = tmp_path / "taken"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    assert export_cli.main([checkpoints["copy"], "--out", str(out)]) == 1
+    assert "exists and is not an empty directory" in capsys.readouterr().err
+    assert (out / "notes.txt").read_text() == "mine"
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda p: p / "nowhere", "is not a directory; export a checkpoint with"),
+        (lambda p: p, "is not a seq2seq export (it has no seq2seq.json)"),
+    ],
+)
+def test_translate_refuses_a_directory_that_is_not_an_export(make, message, tmp_path, capsys):
+    assert translate_cli.main(["--model", str(make(tmp_path)), "1 2"]) == 1
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_translate_refuses_an_export_of_another_format(exports, tmp_path, capsys) -> None:
+    about = json.loads((exports["copy"] / "seq2seq.json").read_text())
+    copy = tmp_path / "old"
+    copy.mkdir()
+    (copy / "seq2seq.json").write_text(json.dumps({**about, "format": 0}))
+    assert translate_cli.main(["--model", str(copy), "1 2"]) == 1
+    assert "is export format 0; this version reads format 1" in capsys.readouterr().err
+
+
+def test_compute_type_is_only_for_an_export(checkpoints, capsys) -> None:
+    with pytest.raises(SystemExit):
+        translate_cli.main(["--ckpt", checkpoints["copy"], "--compute-type", "int8", "1"])
+    assert "--compute-type is for a CTranslate2 --model" in capsys.readouterr().err
+
+
+def test_a_missing_ctranslate2_is_named_with_its_extra(
+    checkpoints, exports, tmp_path, monkeypatch, capsys
+) -> None:
+    monkeypatch.setitem(sys.modules, "ctranslate2", None)  # import ctranslate2 fails
+    assert export_cli.main([checkpoints["copy"], "--out", str(tmp_path / "out")]) == 1
+    assert translate_cli.main(["--model", str(exports["copy"]), "1 2"]) == 1
+    expected = 'error: CTranslate2 is not installed: pip install -e ".[export]" (or pip install '
+    assert capsys.readouterr().err.splitlines() == [expected + "ctranslate2)"] * 2
+    assert not (tmp_path / "out").exists()
