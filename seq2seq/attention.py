@@ -173,6 +173,7 @@ class KVCache:
         self._v: Tensor | None = None
         self._length = 0
         self.qkv_weight: Tensor | None = None
+        self._spare: tuple[Tensor, Tensor] | None = None  # what reorder gathers into
 
     def __len__(self) -> int:
         return self._length
@@ -205,10 +206,27 @@ class KVCache:
         return buffer
 
     def reorder(self, index: Tensor) -> None:
-        """Keep the batch rows named by index, in that order (beam search reshuffles beams)."""
-        if self._k is not None and self._v is not None:
-            self._k = self._k.index_select(0, index)
-            self._v = self._v.index_select(0, index)
+        """Keep the batch rows named by index, in that order (beam search reshuffles beams).
+
+        Gathers the filled positions into a second pair of buffers kept for the purpose, then
+        swaps the pairs: a new tensor at every step (plain index_select) spent most of beam
+        search's time on fresh memory, 9.0 ms against 0.66 ms for one (128, 8, 256, 32) buffer
+        with 150 positions filled (2 threads, this project's CPU machine).
+        """
+        if self._k is None or self._v is None:
+            return
+        if index.numel() != self._k.size(0) or self._k.requires_grad:
+            # Fewer or more rows, or autograd (which out= does not support): new tensors.
+            self._k, self._v = self._k.index_select(0, index), self._v.index_select(0, index)
+            self._spare = None
+            return
+        if self._spare is None or self._spare[0].shape != self._k.shape:
+            self._spare = (torch.empty_like(self._k), torch.empty_like(self._v))
+        k, v, n = *self._spare, self._length
+        torch.index_select(self._k[:, :, :n], 0, index, out=k[:, :, :n])
+        torch.index_select(self._v[:, :, :n], 0, index, out=v[:, :, :n])
+        self._spare = (self._k, self._v)
+        self._k, self._v = k, v
 
 
 class _Attention(nn.Module):

@@ -219,7 +219,7 @@ def beam_search(
         length = cand_length.gather(1, best)
         finished = finished.gather(1, origin) | (token == cfg.eos_id)
         rows = (offsets + origin).view(-1)  # (B*K,) which beam each new beam extends
-        cache.reorder(rows)
+        cache.reorder(rows, within_source=True)  # a beam continues a beam of its own source
         tokens = torch.cat([tokens[rows], token.view(-1, 1)], dim=1)
         if bool(finished.all()):
             break

@@ -270,9 +270,13 @@ class DecoderCache:
         self.tgt_keep = keep if self.tgt_keep is None else torch.cat([self.tgt_keep, keep], 1)
         return self.tgt_keep
 
-    def reorder(self, index: Tensor) -> None:
-        """Keep the batch rows named by index (beam search)."""
-        for kv in self.self_attn + self.cross_attn:
+    def reorder(self, index: Tensor, within_source: bool = False) -> None:
+        """Keep the batch rows named by index (beam search).
+
+        within_source=True: every row moves among the rows of its own source, whose
+        cross-attention keys and values are equal (beam search's beams), so those stay put.
+        """
+        for kv in self.self_attn if within_source else self.self_attn + self.cross_attn:
             kv.reorder(index)
         if self.tgt_keep is not None:
             self.tgt_keep = self.tgt_keep.index_select(0, index)

@@ -172,6 +172,26 @@ def test_cache_reorder_follows_the_batch() -> None:
     torch.testing.assert_close(rest, model(src[order], tgt[order])[:, 3:], atol=ATOL, rtol=ATOL)
 
 
+def test_cache_reordered_at_every_step_equals_the_full_forward() -> None:
+    # Beam search reorders at every step, through the growth of the cache's buffers (16, then
+    # 32 positions), in inference mode (where the cache gathers into buffers it keeps).
+    model = tiny_model(max_positions=40)
+    src, tgt = tokens(3, 5, 17), tokens(3, 40, 19)
+    generator = torch.Generator().manual_seed(0)
+    with torch.inference_mode():
+        memory, keep = model.encode(src), model.keep_mask(src)
+        cache, rows, history = model.new_cache(), torch.arange(3), tgt[:, :1]
+        model.decode(history, memory, keep, cache)
+        for t in range(1, tgt.size(1)):
+            index = torch.randint(0, 3, (3,), generator=generator)
+            cache.reorder(index)
+            rows, history = rows[index], history[index]
+            history = torch.cat([history, tgt[rows, t : t + 1]], 1)
+            last = model.decode(history[:, -1:], memory[rows], keep[rows], cache)
+            full = model(src[rows], history)[:, -1:]
+            torch.testing.assert_close(last, full, atol=ATOL, rtol=ATOL)
+
+
 def test_permuting_the_source_changes_the_output() -> None:
     model = tiny_model()
     src, tgt = tokens(1, 8, 17), tokens(1, 4, 19)
