@@ -30,6 +30,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from seq2seq import checks
+
 __all__ = [
     "CrossAttention",
     "KVCache",
@@ -43,13 +45,11 @@ __all__ = [
 
 def _check_positive(**sizes: int) -> None:
     for name, value in sizes.items():
-        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        checks.integer(name, value, minimum=1)
 
 
 def _check_dropout(dropout: float) -> None:
-    if not 0.0 <= dropout < 1.0:
-        raise ValueError(f"dropout must be in [0, 1), got {dropout!r}")
+    checks.number("dropout", dropout, low=0, high=1, high_open=True)
 
 
 def _check_input(name: str, x: Tensor, in_dim: int) -> None:

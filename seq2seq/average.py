@@ -15,6 +15,7 @@ validations with `average_last=N`, and then tests their average.
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,8 +23,9 @@ from typing import Any
 
 import torch
 
-from seq2seq.checkpoint import CheckpointError, load_checkpoint
+from seq2seq.checkpoint import FORMAT_KEY, CheckpointError, load_checkpoint
 
+log = logging.getLogger("train")  # average_last_validations reports in the run's log
 RECENT = "recent-step*.ckpt"  # configs/callbacks/default.yaml: recent_checkpoints
 
 
@@ -62,11 +64,8 @@ def average_checkpoints(paths: Sequence[str | Path]) -> dict[str, Any]:
             state[key] = mean.to(tensor.dtype)
         else:  # integer buffers (counters, masks) are the newest checkpoint's
             state[key] = newest["state_dict"][key]
-    averaged = {
-        key: newest[key]
-        for key in ("epoch", "global_step", "pytorch-lightning_version", "hyper_parameters")
-        if key in newest
-    }
+    kept = ("epoch", "global_step", "pytorch-lightning_version", "hyper_parameters", FORMAT_KEY)
+    averaged = {key: newest[key] for key in kept if key in newest}
     averaged["run_config"] = newest.get("run_config")
     averaged["state_dict"] = state
     averaged["averaged_from"] = [str(Path(p).resolve()) for p in paths]
@@ -95,6 +94,23 @@ def write_average(paths: Sequence[str | Path], out: str | Path) -> Path:
     torch.save(averaged, partial)
     partial.replace(out)
     return out
+
+
+def average_last_validations(run_dir: Path, n: int, trainer: Any) -> str | None:
+    """The average of the run's last n validation checkpoints (fewer if it validated fewer
+    times), written beside them by rank 0; None if there are none."""
+    paths = newest_recent(run_dir, n)
+    if not paths:
+        log.warning("average_last=%d: no validation checkpoints; testing the best one", n)
+        return None
+    if len(paths) < n:
+        log.warning("average_last=%d: only %d validations; averaging those", n, len(paths))
+    out = run_dir / "checkpoints" / f"average-last{len(paths)}.ckpt"
+    if trainer.is_global_zero:
+        write_average(paths, out)
+        log.info("Averaged the last %d validation checkpoints into %s", len(paths), out)
+    trainer.strategy.barrier()
+    return str(out)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,9 +1,25 @@
-"""Reading checkpoints safely: tensors and plain values only, with clear errors.
+"""The checkpoint format: what a checkpoint holds besides Lightning's keys, and reading it
+safely (tensors and plain values only, with clear errors).
+
+Lightning writes state_dict, hyper_parameters (the module's plain-value arguments, the
+tokenizers included), epoch, global_step, optimizer, scheduler, loop and callback states. This
+project adds, in save_run_state:
+
+    seq2seq_format     FORMAT_VERSION; files written before it existed have none and read as
+                       format 0, which holds the same keys
+    run_config         the composed run config (train.py), for inspect and a resume's checks
+    metrics            the callback metrics at the save, plain floats
+    metric_signatures  sacreBLEU's signatures of the BLEU and chrF among them
+    train_seconds      training time so far: a resumed run continues its clock
+    rng_states         torch's (and CUDA's) random states: dropout after a resume draws what an
+                       uninterrupted run would have drawn
+
+A file of a newer format is refused in one line naming its version. A change to these keys
+bumps FORMAT_VERSION and teaches load_checkpoint to read the older formats.
 
 A checkpoint is a pickle file, and unpickling can run arbitrary code. Everything here reads
 with ``torch.load(weights_only=True)``, which accepts tensors, numbers, strings, lists and dicts
-and refuses anything else *before* running it. Our checkpoints hold nothing else: the
-hyperparameters and the vocabulary are plain values (see Seq2SeqModule).
+and refuses anything else *before* running it. Our checkpoints hold nothing else.
 """
 
 from __future__ import annotations
@@ -15,7 +31,18 @@ from typing import Any
 
 import torch
 
-__all__ = ["CheckpointError", "load_checkpoint", "load_module", "module_from_checkpoint"]
+__all__ = [
+    "FORMAT_VERSION",
+    "CheckpointError",
+    "load_checkpoint",
+    "load_module",
+    "module_from_checkpoint",
+    "restore_run_state",
+    "save_run_state",
+]
+
+FORMAT_KEY = "seq2seq_format"
+FORMAT_VERSION = 1
 
 
 class CheckpointError(ValueError):
@@ -51,7 +78,39 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
         raise CheckpointError(
             f"{path} is not a seq2seq checkpoint: it has no state_dict and hyper_parameters"
         )
+    version = checkpoint.get(FORMAT_KEY, 0)
+    if not isinstance(version, int) or not 0 <= version <= FORMAT_VERSION:
+        raise CheckpointError(
+            f"{path} is checkpoint format {version!r}; this seq2seq reads formats 0-"
+            f"{FORMAT_VERSION}: use the seq2seq version that wrote it, or a newer one"
+        )
     return checkpoint
+
+
+def save_run_state(
+    checkpoint: dict[str, Any],
+    run_config: dict[str, Any] | None,
+    metrics: dict[str, Any],
+    metric_signatures: dict[str, str],
+    train_seconds: float,
+) -> None:
+    """Add this project's keys to a checkpoint Lightning is saving (plain values only, so it
+    loads with weights_only=True)."""
+    checkpoint[FORMAT_KEY] = FORMAT_VERSION
+    if run_config is not None:
+        checkpoint["run_config"] = run_config
+    checkpoint["metrics"] = {name: float(value) for name, value in metrics.items()}
+    checkpoint["metric_signatures"] = metric_signatures
+    checkpoint["train_seconds"] = train_seconds
+    checkpoint["rng_states"] = {"torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        checkpoint["rng_states"]["cuda"] = torch.cuda.get_rng_state_all()
+
+
+def restore_run_state(checkpoint: dict[str, Any]) -> tuple[dict[str, Any], float]:
+    """The random states to restore and the training seconds so far (nothing, 0.0: a file
+    saved without them)."""
+    return checkpoint.get("rng_states") or {}, float(checkpoint.get("train_seconds", 0.0))
 
 
 def load_module(path: str | Path, map_location: str | torch.device = "cpu"):

@@ -52,7 +52,7 @@ def _next_token_logits(
     model: Seq2SeqTransformer,
     step_input: Tensor,
     memory: Tensor,
-    memory_mask: Tensor,
+    memory_keep: Tensor,
     cache: DecoderCache | None,
 ) -> Tensor:
     """(B, V) logits of the next token after step_input's last position.
@@ -61,7 +61,7 @@ def _next_token_logits(
     <pad> would be masked out of the decoder's own input at the next step, and a CTranslate2
     export, which knows no padding token, would read it as a word.
     """
-    logits = model.decode(step_input, memory, memory_mask, cache, last_only=True)[:, -1]
+    logits = model.decode(step_input, memory, memory_keep, cache, last_only=True)[:, -1]
     never = torch.tensor([model.config.pad_id, model.config.bos_id], device=logits.device)
     return logits.index_fill(-1, never, float("-inf"))
 
@@ -75,7 +75,7 @@ def _token_by_token(
 ) -> Tensor:
     """The loop greedy decoding and sampling share: pick(logits (B, V)) -> tokens (B,)."""
     cfg = model.config
-    memory, memory_mask = model.encode(src), model.keep_mask(src)
+    memory, memory_keep = model.encode(src), model.keep_mask(src)
     cache = model.new_cache() if use_cache else None
     prefix = torch.full((src.size(0), 1), cfg.bos_id, dtype=torch.long, device=src.device)
     finished = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
@@ -84,7 +84,7 @@ def _token_by_token(
         # Only the newest position's logits, with or without the cache: the uncached reference
         # then re-runs the decoder over the prefix, as a naive loop would, but not the output
         # projection of positions it has already decided.
-        logits = _next_token_logits(model, step_input, memory, memory_mask, cache)
+        logits = _next_token_logits(model, step_input, memory, memory_keep, cache)
         token = pick(logits).masked_fill(finished, cfg.pad_id)
         prefix = torch.cat([prefix, token[:, None]], dim=1)
         finished |= token == cfg.eos_id
@@ -189,7 +189,7 @@ def beam_search(
     cfg = model.config
     b, k, device = src.size(0), beam_size, src.device
     memory = model.encode(src).repeat_interleave(k, dim=0)  # (B*K, S, D)
-    memory_mask = model.keep_mask(src).repeat_interleave(k, dim=0)
+    memory_keep = model.keep_mask(src).repeat_interleave(k, dim=0)
     cache = model.new_cache()
 
     tokens = torch.full((b * k, 1), cfg.bos_id, dtype=torch.long, device=device)
@@ -200,14 +200,15 @@ def beam_search(
     offsets = (torch.arange(b, device=device) * k)[:, None]  # (B, 1)
 
     for _ in range(max_len):
-        logits = _next_token_logits(model, tokens[:, -1:], memory, memory_mask, cache)  # (B*K, V)
+        logits = _next_token_logits(model, tokens[:, -1:], memory, memory_keep, cache)  # (B*K, V)
         step = logits.float().log_softmax(-1).view(b, k, -1)  # (B, K, V)
         vocab = step.size(-1)
         # A finished beam can only continue with padding, at no cost.
         frozen = torch.full_like(step, float("-inf"))
         frozen[..., cfg.pad_id] = 0.0
-        step = torch.where(finished[..., None], frozen, step)
+        step = torch.where(finished[..., None], frozen, step)  # (B, K, 1) over the vocabulary
 
+        # Every beam times every token: (B, K, 1) + (B, K, V), flattened to (B, K*V) candidates.
         cand_log_prob = (log_prob[..., None] + step).view(b, k * vocab)
         cand_length = (length + (~finished).float())[..., None].expand(b, k, vocab)
         cand_length = cand_length.reshape(b, k * vocab)
@@ -215,9 +216,9 @@ def beam_search(
         best = score.topk(k, dim=-1).indices  # (B, K)
         origin, token = best // vocab, best % vocab
 
-        log_prob = cand_log_prob.gather(1, best)
+        log_prob = cand_log_prob.gather(1, best)  # (B, K): the chosen candidates'
         length = cand_length.gather(1, best)
-        finished = finished.gather(1, origin) | (token == cfg.eos_id)
+        finished = finished.gather(1, origin) | (token == cfg.eos_id)  # the beams extended
         rows = (offsets + origin).view(-1)  # (B*K,) which beam each new beam extends
         cache.reorder(rows, within_source=True)  # a beam continues a beam of its own source
         tokens = torch.cat([tokens[rows], token.view(-1, 1)], dim=1)
@@ -225,7 +226,8 @@ def beam_search(
             break
 
     final = log_prob / length.clamp(min=1) ** length_penalty  # (B, K)
-    top, order = final.topk(n_best, dim=-1)
+    top, order = final.topk(n_best, dim=-1)  # (B, N)
+    # The N best rows of each source's (K, L) tokens: order (B, N) widened to (B, N, L).
     chosen = (
         tokens[:, 1:].view(b, k, -1).gather(1, order[..., None].expand(-1, -1, tokens.size(1) - 1))
     )

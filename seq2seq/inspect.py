@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from seq2seq.checkpoint import load_checkpoint, load_module, module_from_checkpoint
+from seq2seq.checkpoint import FORMAT_KEY, load_checkpoint, load_module, module_from_checkpoint
 from seq2seq.curves import write_curves
 from seq2seq.data.tokenizer import clean
 
@@ -58,6 +58,7 @@ def report(path: str) -> dict[str, Any]:
     return {
         "file": str(Path(path).resolve()),
         "file_size_bytes": Path(path).stat().st_size,
+        "format": checkpoint.get(FORMAT_KEY, 0),  # seq2seq.checkpoint's format version
         "epoch": checkpoint.get("epoch"),
         "global_step": checkpoint.get("global_step"),
         "has_optimizer_state": bool(checkpoint.get("optimizer_states")),
@@ -76,7 +77,8 @@ def report(path: str) -> dict[str, Any]:
 
 
 def print_report(info: dict[str, Any]) -> None:
-    print(f"checkpoint   {info['file']} ({info['file_size_bytes'] / 2**20:.2f} MiB)")
+    size = info["file_size_bytes"] / 2**20
+    print(f"checkpoint   {info['file']} ({size:.2f} MiB, format {info['format']})")
     print(f"progress     epoch {info['epoch']}, global step {info['global_step']}")
     print(f"optimizer    {'state inside (resumable)' if info['has_optimizer_state'] else 'none'}")
     tok = info["tokenizer"]

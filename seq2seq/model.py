@@ -1,8 +1,9 @@
 """The encoder-decoder Transformer (Vaswani et al., 2017), top-down:
 
-ModelConfig -> Seq2SeqTransformer (encode / decode / forward) -> Encoder, Decoder ->
-EncoderLayer, DecoderLayer -> Residual (norm + dropout + residual, written once), FeedForward
--> attention (seq2seq.attention).
+ModelConfig -> Seq2SeqTransformer (encode / decode / forward) -> Embedding (tokens and
+positions) -> Encoder, Decoder (and the DecoderCache of incremental decoding) -> EncoderLayer,
+DecoderLayer -> Residual (norm + dropout + residual, written once), FeedForward -> attention
+(seq2seq.attention).
 
 The model knows nothing of Lightning or tokenizers: it maps token ids to logits. Padding is
 found from ``config.pad_id`` and masked everywhere; the decoder is causal. Masks follow the
@@ -85,9 +86,7 @@ class ModelConfig:
         sizes += ["num_encoder_layers", "num_decoder_layers", "max_positions"]
         sizes += [name for name in ("k_dim", "v_dim") if getattr(self, name) is not None]
         for name in sizes:
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+            checks.integer(name, getattr(self, name), minimum=1)
 
     @property
     def head_dims(self) -> tuple[int, int]:
@@ -97,6 +96,103 @@ class ModelConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+class Seq2SeqTransformer(nn.Module):
+    """Encoder-decoder Transformer from token ids to next-token logits.
+
+    Args:
+        config: a ModelConfig (sizes, special ids, options).
+
+    Shape:
+        src: (B, S) source ids; tgt: (B, T) decoder input ids (BOS + target, shifted);
+        output: (B, T, V) logits over the target vocabulary.
+
+    Example:
+        >>> model = Seq2SeqTransformer(ModelConfig(src_vocab_size=20, tgt_vocab_size=20))
+        >>> model(torch.randint(3, 20, (2, 7)), torch.randint(3, 20, (2, 5))).shape
+        torch.Size([2, 5, 20])
+    """
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.config = config
+        d, n = config.d_model, config.max_positions
+        positions = SinusoidalPositions if config.positional == "sinusoidal" else LearnedPositions
+        self.src_embed = Embedding(config, config.src_vocab_size, positions(n, d))
+        if config.share_embeddings:
+            self.tgt_embed = self.src_embed
+        else:
+            self.tgt_embed = Embedding(config, config.tgt_vocab_size, positions(n, d))
+        self.encoder = Encoder(config)
+        self.decoder = Decoder(config)
+        self.generator = nn.Linear(d, config.tgt_vocab_size, bias=False)
+        self._init_weights()
+        if config.tie_output:
+            self.generator.weight = self.tgt_embed.tokens.weight
+
+    def _init_weights(self) -> None:
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                nn.init.xavier_uniform_(module.weight)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+            elif isinstance(module, nn.Embedding):
+                # Scaled up by sqrt(D) in forward, so token vectors start with unit-size entries;
+                # the same scale suits the tied output projection.
+                nn.init.normal_(module.weight, std=self.config.d_model**-0.5)
+                if module.padding_idx is not None:
+                    with torch.no_grad():
+                        module.weight[module.padding_idx].zero_()
+
+    def keep_mask(self, ids: Tensor) -> Tensor:
+        """(B, L) True where ids are real tokens (not padding)."""
+        return ids != self.config.pad_id
+
+    def encode(self, src: Tensor) -> Tensor:
+        """(B, S) source ids -> (B, S, D) memory. Padding positions are masked as keys."""
+        src_keep = self.keep_mask(src)[:, None, None, :]  # (B, 1, 1, S): every head and query
+        return self.encoder(self.src_embed(src), src_keep)
+
+    def decode(
+        self,
+        tgt: Tensor,
+        memory: Tensor,
+        memory_keep: Tensor,
+        cache: DecoderCache | None = None,
+        last_only: bool = False,
+    ) -> Tensor:
+        """Decoder input ids (B, T) over memory (B, S, D) -> logits (B, T, V).
+
+        memory_keep is (B, S), True where the source holds a real token (keep_mask(src)).
+        With a cache (new_cache()), tgt holds only the new positions; the keys and values of
+        earlier steps come from the cache, and the logits equal the full forward's.
+        last_only=True projects only the last position to the vocabulary: logits (B, 1, V).
+        """
+        if memory_keep.shape != memory.shape[:2]:
+            raise ValueError(
+                f"memory_keep must have shape (B, S) = {tuple(memory.shape[:2])}, "
+                f"got {tuple(memory_keep.shape)}"
+            )
+        offset = len(cache) if cache is not None else 0
+        tgt_keep = self.keep_mask(tgt)
+        if cache is not None:
+            tgt_keep = cache.append_keep(tgt_keep)
+        x = self.tgt_embed(tgt, offset)
+        # (B, 1, 1, T) and (B, 1, 1, S): the same keys for every head and query position (the
+        # self-attention adds its causal mask).
+        x = self.decoder(
+            x, tgt_keep[:, None, None, :], memory, memory_keep[:, None, None, :], cache
+        )
+        return self.generator(x[:, -1:] if last_only else x)
+
+    def new_cache(self) -> DecoderCache:
+        return DecoderCache(self.config.num_decoder_layers)
+
+    def forward(self, src: Tensor, tgt: Tensor) -> Tensor:
+        """(B, S) source ids and (B, T) decoder input ids -> (B, T, V) logits."""
+        memory = self.encode(src)
+        return self.decode(tgt, memory, self.keep_mask(src))
 
 
 class Embedding(nn.Module):
@@ -149,69 +245,6 @@ def _check_length(length: int, max_positions: int) -> None:
             f"sequence length {length} exceeds max_positions={max_positions}; "
             "shorten the input or train a model with a larger max_positions"
         )
-
-
-class FeedForward(nn.Sequential):
-    def __init__(self, d_model: int, d_ff: int, dropout: float) -> None:
-        super().__init__(
-            nn.Linear(d_model, d_ff), nn.ReLU(), nn.Dropout(dropout), nn.Linear(d_ff, d_model)
-        )
-
-
-class Residual(nn.Module):
-    """x + dropout(sublayer(norm(x))) in pre-norm; norm(x + dropout(sublayer(x))) in post-norm."""
-
-    def __init__(self, d_model: int, dropout: float, norm_first: bool) -> None:
-        super().__init__()
-        self.norm = nn.LayerNorm(d_model)
-        self.dropout = nn.Dropout(dropout)
-        self.norm_first = norm_first
-
-    def forward(self, x: Tensor, sublayer: Any) -> Tensor:
-        if self.norm_first:
-            return x + self.dropout(sublayer(self.norm(x)))
-        return self.norm(x + self.dropout(sublayer(x)))
-
-
-class EncoderLayer(nn.Module):
-    def __init__(self, config: ModelConfig) -> None:
-        super().__init__()
-        d, (k_dim, v_dim) = config.d_model, config.head_dims
-        self.self_attn = MultiHeadAttention(d, k_dim, v_dim, config.num_heads, config.dropout)
-        self.ff = FeedForward(d, config.d_ff, config.dropout)
-        self.res_attn = Residual(d, config.dropout, config.norm_first)
-        self.res_ff = Residual(d, config.dropout, config.norm_first)
-
-    def forward(self, x: Tensor, src_keep: Tensor) -> Tensor:
-        x = self.res_attn(x, lambda h: self.self_attn(h, src_keep))
-        return self.res_ff(x, self.ff)
-
-
-class DecoderLayer(nn.Module):
-    def __init__(self, config: ModelConfig) -> None:
-        super().__init__()
-        d, (k_dim, v_dim), h = config.d_model, config.head_dims, config.num_heads
-        self.self_attn = MultiHeadAttention(d, k_dim, v_dim, h, config.dropout)
-        self.cross_attn = CrossAttention(d, d, k_dim, v_dim, h, config.dropout)
-        self.ff = FeedForward(d, config.d_ff, config.dropout)
-        self.res_self = Residual(d, config.dropout, config.norm_first)
-        self.res_cross = Residual(d, config.dropout, config.norm_first)
-        self.res_ff = Residual(d, config.dropout, config.norm_first)
-
-    def forward(
-        self,
-        x: Tensor,
-        tgt_keep: Tensor,
-        memory: Tensor,
-        memory_keep: Tensor,
-        cache: tuple[KVCache, KVCache] | None = None,
-    ) -> Tensor:
-        self_cache, cross_cache = cache if cache is not None else (None, None)
-        x = self.res_self(
-            x, lambda h: self.self_attn(h, tgt_keep, is_causal=True, cache=self_cache)
-        )
-        x = self.res_cross(x, lambda h: self.cross_attn(h, memory, memory_keep, cache=cross_cache))
-        return self.res_ff(x, self.ff)
 
 
 class Encoder(nn.Module):
@@ -282,96 +315,64 @@ class DecoderCache:
             self.tgt_keep = self.tgt_keep.index_select(0, index)
 
 
-class Seq2SeqTransformer(nn.Module):
-    """Encoder-decoder Transformer from token ids to next-token logits.
-
-    Args:
-        config: a ModelConfig (sizes, special ids, options).
-
-    Shape:
-        src: (B, S) source ids; tgt: (B, T) decoder input ids (BOS + target, shifted);
-        output: (B, T, V) logits over the target vocabulary.
-
-    Example:
-        >>> model = Seq2SeqTransformer(ModelConfig(src_vocab_size=20, tgt_vocab_size=20))
-        >>> model(torch.randint(3, 20, (2, 7)), torch.randint(3, 20, (2, 5))).shape
-        torch.Size([2, 5, 20])
-    """
-
+class EncoderLayer(nn.Module):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
-        self.config = config
-        d, n = config.d_model, config.max_positions
-        positions = SinusoidalPositions if config.positional == "sinusoidal" else LearnedPositions
-        self.src_embed = Embedding(config, config.src_vocab_size, positions(n, d))
-        if config.share_embeddings:
-            self.tgt_embed = self.src_embed
-        else:
-            self.tgt_embed = Embedding(config, config.tgt_vocab_size, positions(n, d))
-        self.encoder = Encoder(config)
-        self.decoder = Decoder(config)
-        self.generator = nn.Linear(d, config.tgt_vocab_size, bias=False)
-        self._init_weights()
-        if config.tie_output:
-            self.generator.weight = self.tgt_embed.tokens.weight
+        d, (k_dim, v_dim) = config.d_model, config.head_dims
+        self.self_attn = MultiHeadAttention(d, k_dim, v_dim, config.num_heads, config.dropout)
+        self.ff = FeedForward(d, config.d_ff, config.dropout)
+        self.res_attn = Residual(d, config.dropout, config.norm_first)
+        self.res_ff = Residual(d, config.dropout, config.norm_first)
 
-    def _init_weights(self) -> None:
-        for module in self.modules():
-            if isinstance(module, nn.Linear):
-                nn.init.xavier_uniform_(module.weight)
-                if module.bias is not None:
-                    nn.init.zeros_(module.bias)
-            elif isinstance(module, nn.Embedding):
-                # Scaled up by sqrt(D) in forward, so token vectors start with unit-size entries;
-                # the same scale suits the tied output projection.
-                nn.init.normal_(module.weight, std=self.config.d_model**-0.5)
-                if module.padding_idx is not None:
-                    with torch.no_grad():
-                        module.weight[module.padding_idx].zero_()
+    def forward(self, x: Tensor, src_keep: Tensor) -> Tensor:
+        x = self.res_attn(x, lambda h: self.self_attn(h, src_keep))
+        return self.res_ff(x, self.ff)
 
-    def keep_mask(self, ids: Tensor) -> Tensor:
-        """(B, L) True where ids are real tokens (not padding)."""
-        return ids != self.config.pad_id
 
-    def encode(self, src: Tensor) -> Tensor:
-        """(B, S) source ids -> (B, S, D) memory. Padding positions are masked as keys."""
-        src_keep = self.keep_mask(src)
-        return self.encoder(self.src_embed(src), src_keep[:, None, None, :])
+class DecoderLayer(nn.Module):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        d, (k_dim, v_dim), h = config.d_model, config.head_dims, config.num_heads
+        self.self_attn = MultiHeadAttention(d, k_dim, v_dim, h, config.dropout)
+        self.cross_attn = CrossAttention(d, d, k_dim, v_dim, h, config.dropout)
+        self.ff = FeedForward(d, config.d_ff, config.dropout)
+        self.res_self = Residual(d, config.dropout, config.norm_first)
+        self.res_cross = Residual(d, config.dropout, config.norm_first)
+        self.res_ff = Residual(d, config.dropout, config.norm_first)
 
-    def decode(
+    def forward(
         self,
-        tgt: Tensor,
+        x: Tensor,
+        tgt_keep: Tensor,
         memory: Tensor,
-        memory_mask: Tensor,
-        cache: DecoderCache | None = None,
-        last_only: bool = False,
+        memory_keep: Tensor,
+        cache: tuple[KVCache, KVCache] | None = None,
     ) -> Tensor:
-        """Decoder input ids (B, T) over memory (B, S, D) -> logits (B, T, V).
-
-        memory_mask is (B, S), True where the source holds a real token (keep_mask(src)).
-        With a cache (new_cache()), tgt holds only the new positions; the keys and values of
-        earlier steps come from the cache, and the logits equal the full forward's.
-        last_only=True projects only the last position to the vocabulary: logits (B, 1, V).
-        """
-        if memory_mask.shape != memory.shape[:2]:
-            raise ValueError(
-                f"memory_mask must have shape (B, S) = {tuple(memory.shape[:2])}, "
-                f"got {tuple(memory_mask.shape)}"
-            )
-        offset = len(cache) if cache is not None else 0
-        tgt_keep = self.keep_mask(tgt)
-        if cache is not None:
-            tgt_keep = cache.append_keep(tgt_keep)
-        x = self.tgt_embed(tgt, offset)
-        x = self.decoder(
-            x, tgt_keep[:, None, None, :], memory, memory_mask[:, None, None, :], cache
+        self_cache, cross_cache = cache if cache is not None else (None, None)
+        x = self.res_self(
+            x, lambda h: self.self_attn(h, tgt_keep, is_causal=True, cache=self_cache)
         )
-        return self.generator(x[:, -1:] if last_only else x)
+        x = self.res_cross(x, lambda h: self.cross_attn(h, memory, memory_keep, cache=cross_cache))
+        return self.res_ff(x, self.ff)
 
-    def new_cache(self) -> DecoderCache:
-        return DecoderCache(self.config.num_decoder_layers)
 
-    def forward(self, src: Tensor, tgt: Tensor) -> Tensor:
-        """(B, S) source ids and (B, T) decoder input ids -> (B, T, V) logits."""
-        memory = self.encode(src)
-        return self.decode(tgt, memory, self.keep_mask(src))
+class Residual(nn.Module):
+    """x + dropout(sublayer(norm(x))) in pre-norm; norm(x + dropout(sublayer(x))) in post-norm."""
+
+    def __init__(self, d_model: int, dropout: float, norm_first: bool) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(d_model)
+        self.dropout = nn.Dropout(dropout)
+        self.norm_first = norm_first
+
+    def forward(self, x: Tensor, sublayer: Any) -> Tensor:
+        if self.norm_first:
+            return x + self.dropout(sublayer(self.norm(x)))
+        return self.norm(x + self.dropout(sublayer(x)))
+
+
+class FeedForward(nn.Sequential):
+    def __init__(self, d_model: int, d_ff: int, dropout: float) -> None:
+        super().__init__(
+            nn.Linear(d_model, d_ff), nn.ReLU(), nn.Dropout(dropout), nn.Linear(d_ff, d_model)
+        )

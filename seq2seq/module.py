@@ -23,6 +23,7 @@ from torchmetrics import MetricCollection
 
 from seq2seq import checks
 from seq2seq.callbacks import TimeBudget
+from seq2seq.checkpoint import restore_run_state, save_run_state
 from seq2seq.curves import TIME
 from seq2seq.data.tokenizer import tokenizer_from_dict
 from seq2seq.decoding import beam_search, greedy_decode, max_decode_length
@@ -138,6 +139,7 @@ class Seq2SeqModule(L.LightningModule):
         self._texts: dict[str, list[TextRow]] = {"val": [], "test": []}
         self.doctor = Doctor()  # degenerate outputs at each validation, in the log and metrics
         self._train_seconds = 0.0  # training time of earlier starts (a resumed run)
+        self._rng_to_restore: dict[str, Any] = {}  # a resumed run's, at its first batch
         self._train_started = time.monotonic()
         self._signatures_logged = False
         # One collection per stage, so their states never mix (val_metrics, test_metrics, ...).
@@ -250,7 +252,7 @@ class Seq2SeqModule(L.LightningModule):
         if stage == "val" and limit is not None and self._val_decoded >= limit:
             return
         beam = self.hparams.beam_size if stage == "test" else 1
-        predictions = self.decode(batch["src"], beam)
+        predictions = self.generate(batch["src"], beam)
         metrics = self._stage_metrics(stage)
         v = self.tgt_vocab
         metrics[f"{stage}/exact_match"].update(
@@ -315,9 +317,9 @@ class Seq2SeqModule(L.LightningModule):
 
     def greedy(self, src: Tensor) -> Tensor:
         """(B, S) source ids -> (B, L) greedy predictions (EOS, then padding)."""
-        return self.decode(src, beam_size=1)
+        return self.generate(src, beam_size=1)
 
-    def decode(self, src: Tensor, beam_size: int = 1) -> Tensor:
+    def generate(self, src: Tensor, beam_size: int = 1) -> Tensor:
         """(B, S) source ids -> (B, L) predictions, by greedy search or beam search."""
         hp = self.hparams
         max_len = max_decode_length(self.model, src, hp.max_len_a, hp.max_len_b)
@@ -327,27 +329,22 @@ class Seq2SeqModule(L.LightningModule):
         return tokens[:, 0]
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        # Plain values only, so the file loads with torch.load(weights_only=True).
-        if self.run_config is not None:
-            checkpoint["run_config"] = self.run_config
-        metrics = self.trainer.callback_metrics
-        checkpoint["metrics"] = {name: float(value) for name, value in metrics.items()}
-        checkpoint["metric_signatures"] = signatures(self.hparams.bleu_tokenize)
-        checkpoint["train_seconds"] = self._train_seconds + time.monotonic() - self._train_started
-        # Lightning does not save random states; dropout after a resume must draw what an
-        # uninterrupted run would have drawn.
-        checkpoint["rng_states"] = {"torch": torch.get_rng_state()}
-        if torch.cuda.is_available():
-            checkpoint["rng_states"]["cuda"] = torch.cuda.get_rng_state_all()
+        # Lightning does not save random states; seq2seq.checkpoint owns these keys.
+        save_run_state(
+            checkpoint,
+            run_config=self.run_config,
+            metrics=self.trainer.callback_metrics,
+            metric_signatures=signatures(self.hparams.bleu_tokenize),
+            train_seconds=self._train_seconds + time.monotonic() - self._train_started,
+        )
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         # Applied at the next training batch, the point where the saving run stood: Lightning
         # still sets up loaders and loops between this hook and then.
-        self._rng_to_restore = checkpoint.get("rng_states")
-        self._train_seconds = float(checkpoint.get("train_seconds", 0.0))
+        self._rng_to_restore, self._train_seconds = restore_run_state(checkpoint)
 
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
-        states = self.__dict__.pop("_rng_to_restore", None) or {}
+        states, self._rng_to_restore = self._rng_to_restore, {}
         if "torch" in states:
             torch.set_rng_state(states["torch"].cpu())
         if "cuda" in states and torch.cuda.is_available():

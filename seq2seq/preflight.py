@@ -3,13 +3,17 @@
 `python train.py` runs them on the composed config before Hydra makes the run directory, so a
 typo on the command line fails with one line and leaves nothing behind; train(cfg) runs them
 again for callers that compose the config themselves (tests, notebooks). Each check names the
-setting, the value it got and what it needs (seq2seq.checks).
+setting, the value it got and what it needs (seq2seq.checks). check_same_model and
+check_output_dir need the module (its weights and vocabularies): train(cfg) runs them once it
+has one, still before anything is trained or written.
 """
 
 from __future__ import annotations
 
 import inspect
+import os
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -158,3 +162,52 @@ def _batches_or_fraction(value: Any, zero: bool) -> bool:
     if isinstance(value, float):
         return (value >= 0 if zero else value > 0) and value <= 1
     return False
+
+
+def check_same_model(path: str, module: Any) -> None:
+    """A checkpoint to resume must be of the configured model and vocabularies."""
+    from seq2seq.checkpoint import load_checkpoint
+
+    saved = load_checkpoint(path)["hyper_parameters"]
+    for key, value in module.hparams["net"].items():
+        if saved.get("net", {}).get(key) != value:
+            raise ValueError(
+                f"{path} was trained with model.net.{key}={saved.get('net', {}).get(key)}, the "
+                f"config says {value}: resume with the config it was trained with (its run's "
+                ".hydra/config.yaml), or start a new run without ckpt_path/resume"
+            )
+    for side in ("src_vocab", "tgt_vocab"):
+        if saved.get(side) != module.hparams[side]:
+            raise ValueError(
+                f"{path} was trained on other data (its {side} differs from the configured "
+                "data's): resume with the data config it was trained with"
+            )
+
+
+def check_output_dir(output_dir: Path, module: Any, resuming: bool, average_last: int) -> None:
+    """Fail before training, not at the first checkpoint, when checkpoints cannot be written
+    or would overwrite another run's."""
+    check_run_dir_is_new(output_dir, resuming)
+
+    try:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        probe = output_dir / f".write-test-{os.getpid()}"
+        probe.write_bytes(b"0")
+        probe.unlink()
+    except OSError as error:
+        raise ValueError(
+            f"cannot write to the output directory {output_dir} ({error.strerror or error}): "
+            "make it writable or choose another with hydra.run.dir=PATH"
+        ) from None
+    # A checkpoint holds the weights and AdamW's two moments; best and last are kept, and a
+    # third is written beside one of them before it replaces it. average_last keeps that many
+    # more of the weights alone, one more while it replaces the oldest, and their average.
+    weights = sum(p.numel() * p.element_size() for p in module.parameters())
+    need = (9 + (average_last + 2 if average_last else 0)) * weights + 16 * 2**20
+    free = shutil.disk_usage(output_dir).free
+    if free < need:
+        raise ValueError(
+            f"only {free / 2**20:.1f} MiB free on the disk of {output_dir}; its checkpoints "
+            f"need about {need / 2**20:.1f} MiB: free some space or choose another directory "
+            "with hydra.run.dir=PATH"
+        )

@@ -461,7 +461,10 @@ def test_regression_cross_attention_softmax_over_keys_not_heads() -> None:
         (lambda: MultiHeadAttention(8, -1, 4, 2), "k_dim must be a positive integer, got -1"),
         (lambda: MultiHeadAttention(8, 4, 0, 2), "v_dim must be a positive integer, got 0"),
         (lambda: MultiHeadAttention(8, 4, 4, 0), "num_heads must be a positive integer, got 0"),
-        (lambda: MultiHeadAttention(8, 4, 4, 2, 1.5), r"dropout must be in \[0, 1\), got 1.5"),
+        (
+            lambda: MultiHeadAttention(8, 4, 4, 2, 1.5),
+            r"dropout must be a number in \[0, 1\), got 1.5",
+        ),
         (lambda: CrossAttention(8, 0, 4, 4, 2), "in_dim2 must be a positive integer, got 0"),
     ],
 )

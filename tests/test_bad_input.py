@@ -14,7 +14,8 @@ import torch
 from helpers import ROOT, compose_train, run_train_cli, small_data
 
 from seq2seq import translate as translate_cli
-from train import _root_cause, train
+from seq2seq.launch import root_cause
+from train import train
 
 SMALL = ["data.train_size=256", "data.val_size=32", "data.test_size=32", "logger=none"]
 
@@ -130,7 +131,7 @@ def test_bad_config_values_fail_before_training(
     cfg = compose_train(tmp_path, data_dir, [*small, *overrides])
     with pytest.raises(Exception) as info:
         train(cfg)
-    error = _root_cause(info.value)
+    error = root_cause(info.value)
     assert isinstance(error, ValueError), repr(error)
     assert message in str(error)
     assert "\n" not in str(error)

@@ -16,6 +16,7 @@ from omegaconf import DictConfig
 
 from seq2seq import inspect as inspect_cli
 from seq2seq import translate as translate_cli
+from seq2seq.checkpoint import FORMAT_VERSION
 from seq2seq.plots import attention_figure
 from train import train
 
@@ -126,6 +127,7 @@ def test_inspect_json_has_everything(trained: Trained, capsys) -> None:
     module = torch.load(ckpt(trained), weights_only=True)
     assert info["global_step"] == module["global_step"] > 0
     assert info["has_optimizer_state"] is True
+    assert info["format"] == FORMAT_VERSION
     assert info["model_config"]["d_model"] == cfg.model.net.d_model
     assert info["parameters"]["total"] == sum(
         v.numel() for k, v in module["state_dict"].items() if k.startswith("model.")
@@ -212,6 +214,24 @@ def test_checkpoint_with_a_pickled_object_is_refused_and_never_runs(
         err = capsys.readouterr().err
         assert "refusing to load" in err and "could run code" in err
         assert not marker.exists()
+
+
+def test_older_checkpoint_formats_load_and_newer_are_refused(
+    trained: Trained, tmp_path: Path, capsys
+) -> None:
+    checkpoint = torch.load(ckpt(trained), weights_only=True)
+    assert checkpoint["seq2seq_format"] == FORMAT_VERSION  # what a run writes now
+    assert translate_cli.main(["--ckpt", ckpt(trained), "3 1 4 1 5"]) == 0
+    expected = capsys.readouterr().out
+    unversioned = {key: value for key, value in checkpoint.items() if key != "seq2seq_format"}
+    torch.save(unversioned, tmp_path / "format0.ckpt")  # as written before formats had numbers
+    assert translate_cli.main(["--ckpt", str(tmp_path / "format0.ckpt"), "3 1 4 1 5"]) == 0
+    assert capsys.readouterr().out == expected
+    torch.save({**checkpoint, "seq2seq_format": FORMAT_VERSION + 1}, tmp_path / "newer.ckpt")
+    assert translate_cli.main(["--ckpt", str(tmp_path / "newer.ckpt"), "3 1 4 1 5"]) == 1
+    err = capsys.readouterr().err
+    assert f"is checkpoint format {FORMAT_VERSION + 1}; this seq2seq reads formats 0-1" in err
+    assert len(err.strip().splitlines()) == 1
 
 
 @pytest.mark.parametrize(

@@ -138,10 +138,10 @@ def test_incremental_decoding_equals_full_forward(overrides: dict) -> None:
     src[0, 5:] = tokens(1, 2, 17)  # one row without padding
     tgt = torch.cat([torch.full((3, 1), BOS), tokens(3, 8, model.config.tgt_vocab_size)], 1)
     full = model(src, tgt)
-    memory, memory_mask = model.encode(src), model.keep_mask(src)
+    memory, memory_keep = model.encode(src), model.keep_mask(src)
     cache = model.new_cache()
     for t in range(tgt.size(1)):
-        step = model.decode(tgt[:, t : t + 1], memory, memory_mask, cache)
+        step = model.decode(tgt[:, t : t + 1], memory, memory_keep, cache)
         torch.testing.assert_close(step[:, 0], full[:, t], atol=ATOL, rtol=ATOL)
     assert len(cache) == tgt.size(1)
     # The cache also keeps the stacked q/k/v weights: they are the model's, not stale copies.
@@ -153,8 +153,8 @@ def test_incremental_decoding_equals_full_forward(overrides: dict) -> None:
 def test_last_only_projects_just_the_last_position() -> None:
     model = tiny_model()
     src, tgt = tokens(3, 5, 17), tokens(3, 6, 19)
-    memory, memory_mask = model.encode(src), model.keep_mask(src)
-    last = model.decode(tgt, memory, memory_mask, last_only=True)
+    memory, memory_keep = model.encode(src), model.keep_mask(src)
+    last = model.decode(tgt, memory, memory_keep, last_only=True)
     assert last.shape == (3, 1, model.config.tgt_vocab_size)
     torch.testing.assert_close(last[:, 0], model(src, tgt)[:, -1], atol=ATOL, rtol=ATOL)
 
@@ -163,12 +163,12 @@ def test_cache_reorder_follows_the_batch() -> None:
     # Beam search reshuffles rows between steps; the cache must follow them.
     model = tiny_model()
     src, tgt = tokens(3, 5, 17), tokens(3, 6, 19)
-    memory, memory_mask = model.encode(src), model.keep_mask(src)
+    memory, memory_keep = model.encode(src), model.keep_mask(src)
     cache = model.new_cache()
-    model.decode(tgt[:, :3], memory, memory_mask, cache)
+    model.decode(tgt[:, :3], memory, memory_keep, cache)
     order = torch.tensor([2, 0, 0])
     cache.reorder(order)
-    rest = model.decode(tgt[order, 3:], memory[order], memory_mask[order], cache)
+    rest = model.decode(tgt[order, 3:], memory[order], memory_keep[order], cache)
     torch.testing.assert_close(rest, model(src[order], tgt[order])[:, 3:], atol=ATOL, rtol=ATOL)
 
 
@@ -224,10 +224,10 @@ def test_sequences_longer_than_max_positions_fail_clearly() -> None:
         model.decode(tokens(1, 1, 19), memory, torch.ones(1, 3, dtype=torch.bool), cache)
 
 
-def test_memory_mask_of_the_wrong_shape_fails_clearly() -> None:
+def test_memory_keep_of_the_wrong_shape_fails_clearly() -> None:
     model = tiny_model()
     memory = model.encode(tokens(2, 5, 17))
-    with pytest.raises(ValueError, match=r"memory_mask must have shape \(B, S\) = \(2, 5\)"):
+    with pytest.raises(ValueError, match=r"memory_keep must have shape \(B, S\) = \(2, 5\)"):
         model.decode(tokens(2, 3, 19), memory, torch.ones(2, 1, 1, 5, dtype=torch.bool))
 
 

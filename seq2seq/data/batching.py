@@ -21,6 +21,8 @@ from typing import Any
 import torch
 from torch.utils.data import Sampler
 
+from seq2seq import checks
+
 
 class _EpochOrder(Sampler):
     """What the samplers share: an epoch's items from (seed, epoch), this process's share of
@@ -117,10 +119,9 @@ class BucketBatchSampler(_EpochOrder):
         # batch sampler's own; this sampler holds the epoch (and is the unsharded order).
         self.sampler = EpochShuffle(len(lengths), seed)
         super().__init__(self.sampler.seed, num_replicas, rank)
-        if max_tokens is not None and max_tokens <= 0:
-            raise ValueError(f"data.max_tokens must be positive (or null), got {max_tokens}")
-        if pool_batches <= 0:
-            raise ValueError(f"data.pool_batches must be positive, got {pool_batches}")
+        if max_tokens is not None:
+            checks.integer("data.max_tokens", max_tokens, minimum=1)
+        checks.integer("data.pool_batches", pool_batches, minimum=1)
         self.lengths = torch.as_tensor(lengths, dtype=torch.long)
         self.batch_size = batch_size
         self.max_tokens = max_tokens

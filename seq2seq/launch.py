@@ -1,0 +1,136 @@
+"""What runs before train(cfg): the resolvers the configs use, and a command line checked and
+its errors shaped into one line before Hydra makes a run directory.
+
+train.py imports this module (registering the resolvers) and calls check_command_line in
+cli(), then Hydra's main. The message shaping reads Hydra's exceptions (hydra-core 1.3, pinned
+in pyproject.toml): a new Hydra that words them differently falls back to its own message.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from hydra.errors import InstantiationException
+from omegaconf import OmegaConf
+
+from seq2seq.preflight import check_config, check_run_dir_is_new, checkpoint_to_resume
+
+__all__ = ["check_command_line", "command_line_error", "resumed_run", "root_cause"]
+
+
+def resumed_run(train: bool, resume: str | None, ckpt_path: str | None) -> Path | None:
+    """The run directory a training start continues in, or None for a new run."""
+    if not train:
+        return None  # evaluating a checkpoint never writes into its run
+    if resume:
+        return Path(resume)
+    if ckpt_path and Path(ckpt_path).parent.name == "checkpoints":
+        return Path(ckpt_path).parent.parent
+    return None
+
+
+# Used by configs/hydra/default.yaml. ${pid:} in run directory names: two runs started in the
+# same microsecond still differ. A resumed run keeps its directory, and the config of each
+# resume goes beside the first start's instead of over it.
+OmegaConf.register_new_resolver("pid", lambda: os.getpid(), replace=True)
+OmegaConf.register_new_resolver(
+    "run_dir", lambda train, resume, ckpt, new: str(resumed_run(train, resume, ckpt) or new)
+)
+OmegaConf.register_new_resolver(
+    "config_subdir",
+    lambda train, resume, ckpt, now: (
+        ".hydra" if resumed_run(train, resume, ckpt) is None else f".hydra/resume-{now}"
+    ),
+)
+
+
+def root_cause(error: BaseException) -> BaseException:
+    """The error inside Hydra's InstantiationException wrappers (a data module's ValueError)."""
+    while isinstance(error, InstantiationException) and error.__cause__ is not None:
+        error = error.__cause__
+    return error
+
+
+def command_line_error(overrides: list[str], config_dir: Path) -> str | None:
+    """What is wrong with a command line, in one line; None if it composes and checks out.
+
+    Runs before Hydra's main, which makes the run directory and its log: a bad command line
+    leaves nothing behind. Hydra reports overrides it cannot compose over several lines (with
+    its search path); composing once up front with the same overrides gives the same verdict
+    with a message we can shape. Then the config's values get the checks train(cfg) starts
+    with (seq2seq.preflight).
+    """
+    import hydra.errors
+    from hydra import compose, initialize_config_dir
+
+    try:
+        with initialize_config_dir(str(config_dir), version_base="1.3"):
+            cfg = compose("train", overrides=overrides, return_hydra_config=True)
+        run_dir = Path(OmegaConf.select(cfg, "hydra.run.dir"))
+    except hydra.errors.MissingConfigException as error:
+        group, _, option = (error.missing_cfg_file or "").rpartition("/")
+        if error.options and group:
+            choices = ", ".join(error.options)
+            return f"{group}={option} is not an option of {group}; choose one of: {choices}"
+        return " ".join(str(error).split("Config search path")[0].split())
+    except hydra.errors.OverrideParseException as error:
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+
+        parser = OverridesParser.create()
+        bad = ""
+        for override in overrides:
+            try:
+                parser.parse_override(override)
+            except hydra.errors.HydraException:
+                bad = override
+                break
+        first = str(error).splitlines()[0]
+        return f"cannot parse the override {bad!r}: {first} (see python train.py --help)"
+    except hydra.errors.ConfigCompositionException as error:
+        message = str(error)
+        if message.startswith("Could not override '"):
+            key = message.split("'")[1]
+            return (
+                f"{key} is not a setting of this config; check the spelling "
+                f"(python train.py --cfg job lists them), or add a new key with +{key}=..."
+            )
+        return " ".join(message.split())
+    except Exception:  # a run directory only Hydra itself can resolve: Hydra will judge it
+        return None
+    try:
+        check_config(cfg)
+        if cfg.train:
+            check_run_dir_is_new(run_dir, resuming=checkpoint_to_resume(cfg) is not None)
+    except (ValueError, InstantiationException) as error:
+        return str(root_cause(error))
+    return unwritable(run_dir)
+
+
+def unwritable(run_dir: Path) -> str | None:
+    """Why Hydra could not create the run directory (it would fail with a traceback)."""
+    parent = run_dir
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        reason = "not a directory" if not parent.is_dir() else "not writable"
+        return (
+            f"cannot write to the output directory {run_dir} ({parent} is {reason}): "
+            "choose another with hydra.run.dir=PATH"
+        )
+    return None
+
+
+def check_command_line(args: list[str], config_dir: Path) -> None:
+    """Exit with one line for a plain command line that does not compose or check out.
+
+    Plain runs only: with Hydra's own flags (-m, --cfg, -cp, ...) or HYDRA_FULL_ERROR=1, Hydra
+    reports as it does, and the checks run in train(cfg), after the run directory is made.
+    """
+    plain = not any(arg.startswith("-") for arg in args)
+    if plain and os.environ.get("HYDRA_FULL_ERROR") != "1":
+        message = command_line_error(args, config_dir)
+        if message:
+            print(f"error: {message}", file=sys.stderr)
+            sys.exit(1)

@@ -1,0 +1,43 @@
+"""What a run leaves when it ends: summary.json, the test metrics with their sacreBLEU
+signatures, and the commands that use the run (translate, inspect, export, re-score) with its
+curves.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("train")
+
+__all__ = ["report"]
+
+
+def report(summary: dict[str, Any], datamodule: Any) -> None:
+    """Write summary.json and print where things are and how to use them."""
+    run_dir = Path(summary["run_dir"])
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    log.info("Run directory:   %s", run_dir)
+    log.info("Best checkpoint: %s", summary["best_checkpoint"])
+    for name, value in summary["test"].items():
+        signature = summary["signatures"].get(name.split("/")[-1])
+        log.info("%-16s %.4f%s", name + ":", value, f"  ({signature})" if signature else "")
+    ckpt = summary["best_checkpoint"] or summary["last_checkpoint"]
+    if ckpt:
+        example = datamodule.src_vocab.decode(datamodule.splits["test"][0]["src_ids"])
+        log.info('Translate with:  python -m seq2seq.translate --ckpt %s "%s"', ckpt, example)
+        log.info("Inspect with:    python -m seq2seq.inspect %s", ckpt)
+        log.info("Export with:     python -m seq2seq.export %s --out %s", ckpt, run_dir / "ct2")
+    if (run_dir / "csv").is_dir():
+        from seq2seq.curves import write_curves
+
+        log.info("Curves:          %s", write_curves(run_dir))
+    hypotheses = run_dir / "test_hypotheses.txt"
+    if hypotheses.is_file():
+        log.info(
+            "Re-score with:   python -m seq2seq.score %s %s", hypotheses,
+            run_dir / "test_references.txt",
+        )  # fmt: skip
