@@ -12,40 +12,75 @@ outputs before using them in anything autograd records.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, fields
+from typing import Any
 
 import torch
 from torch import Tensor
 
+from seq2seq import checks
 from seq2seq.model import DecoderCache, Seq2SeqTransformer
 
 __all__ = [
     "DECODING_KEYS",
+    "DecodingConfig",
     "beam_search",
-    "decode_length_limit",
+    "generate",
     "greedy_decode",
-    "max_decode_length",
     "sample_decode",
 ]
 
-# The module hyperparameters that set decoding: translate and an export read them.
-DECODING_KEYS = ("max_len_a", "max_len_b", "beam_size", "length_penalty")
+
+@dataclass(frozen=True)
+class DecodingConfig:
+    """How outputs are searched for: what the module's evaluation, translate and an export read.
+
+    The module takes these as plain hyperparameters (model.max_len_a, ... in the configs, so
+    checkpoints and command lines keep their shape); from_hparams gathers them. A new decoding
+    option is a field here, an argument of Seq2SeqModule and a line of configs/model/tiny.yaml.
+    """
+
+    max_len_a: float = 1.0  # at most a * source length + b new tokens (fairseq's rule)
+    max_len_b: int = 10
+    beam_size: int = 1  # the test split's search (1: greedy); validation is always greedy
+    length_penalty: float = 1.0  # beam search ranks by log-probability / length ** this
+
+    def __post_init__(self) -> None:
+        checks.number("model.max_len_a", self.max_len_a, low=0)
+        checks.integer("model.max_len_b", self.max_len_b, minimum=0)
+        checks.integer("model.beam_size", self.beam_size, minimum=1)
+        checks.number("model.length_penalty", self.length_penalty)
+
+    @classmethod
+    def from_hparams(cls, hparams: Mapping[str, Any]) -> DecodingConfig:
+        return cls(**{name: hparams[name] for name in DECODING_KEYS})
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def max_len(self, source_length: int, max_positions: int) -> int:
+        """Most new tokens for a longest source of source_length tokens: a * S + b, and no
+        more than the model's positions. Translating with CTranslate2 uses the same rule."""
+        limit = int(self.max_len_a * source_length + self.max_len_b)
+        return max(1, min(limit, max_positions))
 
 
-def decode_length_limit(
-    source_length: int, max_len_a: float, max_len_b: int, max_positions: int
-) -> int:
-    """At most a * S + b new tokens (fairseq's rule) for a longest source of S tokens, and no
-    more than the model's positions. Translating with CTranslate2 uses the same rule."""
-    return max(1, min(int(max_len_a * source_length + max_len_b), max_positions))
+DECODING_KEYS = tuple(field.name for field in fields(DecodingConfig))
 
 
-def max_decode_length(
-    model: Seq2SeqTransformer, src: Tensor, max_len_a: float, max_len_b: int
-) -> int:
-    """decode_length_limit for the (B, S) padded source batch src."""
+def generate(
+    model: Seq2SeqTransformer, src: Tensor, decoding: DecodingConfig, beam_size: int | None = None
+) -> Tensor:
+    """(B, S) source ids -> (B, L) best outputs under decoding's settings: greedy search or
+    beam search (beam_size, default decoding.beam_size), at most decoding.max_len tokens."""
     source_length = int(model.keep_mask(src).sum(1).max().item()) if src.numel() else 0
-    return decode_length_limit(source_length, max_len_a, max_len_b, model.config.max_positions)
+    max_len = decoding.max_len(source_length, model.config.max_positions)
+    beam_size = decoding.beam_size if beam_size is None else beam_size
+    if beam_size == 1:
+        return greedy_decode(model, src, max_len)
+    tokens, _ = beam_search(model, src, max_len, beam_size, decoding.length_penalty)
+    return tokens[:, 0]
 
 
 def _next_token_logits(

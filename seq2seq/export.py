@@ -29,7 +29,6 @@ import torch
 from seq2seq import __version__
 from seq2seq.checkpoint import load_module
 from seq2seq.data.tokenizer import save_tokenizer
-from seq2seq.decoding import DECODING_KEYS
 from seq2seq.model import SinusoidalPositions
 
 __all__ = [
@@ -230,7 +229,7 @@ def write_export(
         **(source or {"checkpoint": None}),
         "quantization": quantization,
         "model": module.config.to_dict(),
-        "decoding": {key: module.hparams[key] for key in DECODING_KEYS},
+        "decoding": module.decoding.to_dict(),
     }
     (out / EXPORT_FILE).write_text(json.dumps(about, indent=2) + "\n", encoding="utf-8")
     return out

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from seq2seq.data.tokenizer import load_tokenizer
+from seq2seq.decoding import DecodingConfig
 from seq2seq.export import EXPORT_FILE, EXPORT_FORMAT, import_ctranslate2, token_strings
 
 __all__ = ["ExportedModel"]
@@ -47,7 +48,7 @@ class ExportedModel:
         self.src_vocab = load_tokenizer(path / "src_tokenizer.json")
         self.tgt_vocab = load_tokenizer(path / "tgt_tokenizer.json")
         self.max_positions: int = about["model"]["max_positions"]
-        self.decoding: dict[str, Any] = about["decoding"]
+        self.decoding = DecodingConfig(**about["decoding"])
         self._src_tokens = token_strings(self.src_vocab)
         self._tgt_ids = {token: i for i, token in enumerate(token_strings(self.tgt_vocab))}
         kind, _, index = device.partition(":")
@@ -87,7 +88,7 @@ class ExportedModel:
             penalty = args.length_penalty
             options.update(
                 beam_size=args.beam, num_hypotheses=args.n_best,
-                length_penalty=self.decoding["length_penalty"] if penalty is None else penalty,
+                length_penalty=self.decoding.length_penalty if penalty is None else penalty,
             )  # fmt: skip
         results = self.translator.translate_batch(source, **options)
         return [

@@ -3,7 +3,9 @@
 It takes plain hyperparameters only (ModelConfig fields, optimizer and schedule values, the
 vocabularies as lists) and builds the model itself, so ``Seq2SeqModule.load_from_checkpoint(path)``
 needs nothing else, and a checkpoint alone is enough to decode. What it measures is in
-metrics.py, the optimizer and the learning-rate schedule in optim.py.
+metrics.py, the optimizer and the learning-rate schedule in optim.py, the checkpoint's keys in
+checkpoint.py. The hooks follow the order Lightning calls them in: set-up, a training batch,
+validation and test, the epoch's end and its checkpoint; then decoding.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from seq2seq.callbacks import TimeBudget
 from seq2seq.checkpoint import restore_run_state, save_run_state
 from seq2seq.curves import TIME
 from seq2seq.data.tokenizer import tokenizer_from_dict
-from seq2seq.decoding import beam_search, greedy_decode, max_decode_length
+from seq2seq.decoding import DecodingConfig, generate
 from seq2seq.doctor import Doctor
 from seq2seq.metrics import TextRow, exact_match, gather_texts, stage_metrics, write_test_texts
 from seq2seq.model import ModelConfig, Seq2SeqTransformer
@@ -57,10 +59,7 @@ def check_hyperparameters(hp: dict[str, Any]) -> None:
     checks.integer("model.warmup_steps", hp["warmup_steps"], minimum=0)
     checks.number("model.min_lr_ratio", hp["min_lr_ratio"], low=0, high=1)
     checks.number("model.label_smoothing", hp["label_smoothing"], low=0, high=1, high_open=True)
-    checks.number("model.max_len_a", hp["max_len_a"], low=0)
-    checks.integer("model.max_len_b", hp["max_len_b"], minimum=0)
-    checks.integer("model.beam_size", hp["beam_size"], minimum=1)
-    checks.number("model.length_penalty", hp["length_penalty"])
+    DecodingConfig.from_hparams(hp)  # max_len_a, max_len_b, beam_size, length_penalty
     checks.integer("model.log_examples", hp["log_examples"], minimum=0)
     if hp["val_decode_limit"] is not None:
         checks.integer("model.val_decode_limit", hp["val_decode_limit"], minimum=1)
@@ -140,6 +139,9 @@ class Seq2SeqModule(L.LightningModule):
         self.doctor = Doctor()  # degenerate outputs at each validation, in the log and metrics
         self._train_seconds = 0.0  # training time of earlier starts (a resumed run)
         self._rng_to_restore: dict[str, Any] = {}  # a resumed run's, at its first batch
+        self._compiled = False  # configure_model compiles once
+        self._skipped = 0  # batches left out for a non-finite loss (on_nonfinite_loss=skip)
+        self._val_decoded = 0  # examples decoded in this validation (val_decode_limit)
         self._train_started = time.monotonic()
         self._signatures_logged = False
         # One collection per stage, so their states never mix (val_metrics, test_metrics, ...).
@@ -150,219 +152,9 @@ class Seq2SeqModule(L.LightningModule):
 
     def configure_model(self) -> None:
         # In place (nn.Module.compile), so parameter names and checkpoints do not change.
-        if self.hparams.compile and not getattr(self, "_compiled", False):
+        if self.hparams.compile and not self._compiled:
             self.model.compile()
             self._compiled = True
-
-    def _stage_metrics(self, stage: str) -> MetricCollection:
-        return getattr(self, f"{stage}_metrics")
-
-    def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
-        return self.model(src, tgt_in)
-
-    def model_step(self, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
-        """Loss averaged over the real (non-pad) target tokens, and the logits."""
-        logits = self.model(batch["src"], batch["tgt_in"])  # (B, T, V)
-        loss = F.cross_entropy(
-            logits.flatten(0, 1),
-            batch["labels"].flatten(),
-            ignore_index=self.tgt_vocab.pad_id,
-            label_smoothing=self.hparams.label_smoothing,
-        )
-        return loss, logits
-
-    def _non_finite(self, loss: Tensor) -> None:
-        """Stop before the bad update reaches the weights, or leave the batch out.
-
-        Returning None from training_step makes Lightning skip backward and the optimizer step.
-        """
-        step = self.global_step
-        if self.hparams.on_nonfinite_loss == "skip":
-            self._skipped = getattr(self, "_skipped", 0) + 1
-            log.warning("non-finite loss (%s) at step %d: batch skipped", loss.item(), step)
-            return None
-        last = Path(self.trainer.default_root_dir) / "checkpoints" / "last.ckpt"
-        kept = f"the last good checkpoint is {last}" if last.is_file() else "no checkpoint yet"
-        raise NonFiniteLossError(
-            f"non-finite loss ({loss.item()}) at step {step}: training stopped before that "
-            f"update; {kept}. Lower model.lr, raise model.warmup_steps, or set "
-            "model.on_nonfinite_loss=skip"
-        )
-
-    def on_validation_start(self) -> None:
-        self._log_signatures_once()
-
-    def on_test_start(self) -> None:
-        self._log_signatures_once()
-
-    def _log_signatures_once(self) -> None:
-        if not self._signatures_logged and self.trainer.is_global_zero:
-            sig = signatures(self.hparams.bleu_tokenize)
-            log.info("BLEU and chrF are sacreBLEU's: BLEU %s; chrF %s", sig["bleu"], sig["chrf"])
-        self._signatures_logged = True
-
-    def on_train_end(self) -> None:
-        if getattr(self, "_skipped", 0):
-            log.warning("skipped %d batches with a non-finite loss", self._skipped)
-
-    def _update(self, stage: str, batch: dict[str, Tensor]) -> Tensor:
-        loss, logits = self.model_step(batch)
-        self._record(stage, batch, loss, logits)
-        return loss
-
-    def _record(self, stage: str, batch: dict[str, Tensor], loss: Tensor, logits: Tensor) -> None:
-        metrics = self._stage_metrics(stage)
-        n_tokens = (batch["labels"] != self.tgt_vocab.pad_id).sum()
-        metrics[f"{stage}/loss"].update(loss.detach(), weight=n_tokens)
-        metrics[f"{stage}/token_acc"].update(
-            logits.detach().flatten(0, 1), batch["labels"].flatten()
-        )
-
-    def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor | None:
-        loss, logits = self.model_step(batch)
-        if not torch.isfinite(loss):
-            return self._non_finite(loss)
-        self._record("train", batch, loss, logits)
-        pad = self.tgt_vocab.pad_id
-        positions = batch["src"].numel() + batch["tgt_in"].numel()
-        padded = (batch["src"] == pad).sum() + (batch["tgt_in"] == pad).sum()
-        self.train_metrics["train/padding"].update(padded / positions, weight=positions)
-        self.log("train/loss_step", loss, prog_bar=True, batch_size=batch["src"].size(0))
-        # Training time, for curves against time (seq2seq.curves); restored on resume.
-        self.log(TIME, self._train_seconds + time.monotonic() - self._train_started)
-        return loss
-
-    def on_train_start(self) -> None:
-        self._train_started = time.monotonic()
-
-    def on_train_epoch_end(self) -> None:
-        self._log_epoch("train")
-
-    def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
-        self._eval_step("val", batch, batch_idx)
-
-    def test_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
-        self._eval_step("test", batch, batch_idx)
-
-    def _eval_step(self, stage: str, batch: dict[str, Tensor], batch_idx: int) -> None:
-        self._update(stage, batch)
-        limit = self.hparams.val_decode_limit
-        if stage == "val" and batch_idx == 0:
-            self._val_decoded = 0
-        if stage == "val" and limit is not None and self._val_decoded >= limit:
-            return
-        beam = self.hparams.beam_size if stage == "test" else 1
-        predictions = self.generate(batch["src"], beam)
-        metrics = self._stage_metrics(stage)
-        v = self.tgt_vocab
-        metrics[f"{stage}/exact_match"].update(
-            exact_match(predictions, batch["labels"], v.pad_id, v.eos_id)
-        )
-        hypotheses = [self.tgt_vocab.decode(row) for row in predictions.tolist()]
-        references = [self.tgt_vocab.decode(row) for row in batch["labels"].tolist()]
-        metrics[f"{stage}/cer"].update(hypotheses, references)
-        # Sources only for the test split's files: validation has no use for them.
-        sources = (
-            [self.src_vocab.decode(row) for row in batch["src"].tolist()]
-            if stage == "test"
-            else [""] * len(hypotheses)
-        )
-        ended = (predictions == v.eos_id).any(1).tolist()  # False: cut at the length limit
-        self._texts[stage].extend(zip(hypotheses, references, sources, ended, strict=True))
-        if stage == "val":
-            self._val_decoded += batch["src"].size(0)
-            if batch_idx == 0:
-                self._log_examples(batch, predictions)
-
-    def on_validation_epoch_end(self) -> None:
-        self._log_epoch("val")
-
-    def on_test_epoch_end(self) -> None:
-        self._log_epoch("test")
-
-    def _log_epoch(self, stage: str) -> None:
-        metrics = self._stage_metrics(stage)
-        # compute() already reduces across processes (torchmetrics syncs its states).
-        values = metrics.compute()
-        metrics.reset()
-        if stage != "train":
-            # Every process's texts, in the split's order; cleared for the next epoch.
-            rows, self._texts[stage] = self._texts[stage], []
-            keep = len(self.trainer.test_dataloaders.dataset) if stage == "test" else None
-            rows = gather_texts(rows, self.trainer.world_size, keep)
-            if rows:
-                hypotheses, references, _, ended = zip(*rows, strict=True)
-                scores = corpus_scores(hypotheses, references, self.hparams.bleu_tokenize)
-                values |= {f"{stage}/{name}": score["score"] for name, score in scores.items()}
-                if stage == "val" and not self.trainer.sanity_checking:
-                    values |= self._consult_doctor(hypotheses, references, ended, values)
-            if stage == "test" and self.trainer.is_global_zero:
-                write_test_texts(Path(self.trainer.default_root_dir), rows)
-        self.log_dict(values, prog_bar=stage == "val")
-
-    def _consult_doctor(
-        self,
-        hypotheses: Sequence[str],
-        references: Sequence[str],
-        ended: Sequence[bool],
-        values: dict[str, Any],
-    ) -> dict[str, float]:
-        """The doctor's metrics of this validation; what looks wrong goes to the log."""
-        loss, bleu = float(values["val/loss"]), float(values["val/bleu"])
-        metrics, warnings = self.doctor.diagnose(hypotheses, references, ended, loss, bleu)
-        if self.trainer.is_global_zero:
-            for warning in warnings:
-                log.warning("validation at step %d: %s", self.global_step, warning)
-        return {f"val/{name}": value for name, value in metrics.items()}
-
-    def greedy(self, src: Tensor) -> Tensor:
-        """(B, S) source ids -> (B, L) greedy predictions (EOS, then padding)."""
-        return self.generate(src, beam_size=1)
-
-    def generate(self, src: Tensor, beam_size: int = 1) -> Tensor:
-        """(B, S) source ids -> (B, L) predictions, by greedy search or beam search."""
-        hp = self.hparams
-        max_len = max_decode_length(self.model, src, hp.max_len_a, hp.max_len_b)
-        if beam_size == 1:
-            return greedy_decode(self.model, src, max_len)
-        tokens, _ = beam_search(self.model, src, max_len, beam_size, hp.length_penalty)
-        return tokens[:, 0]
-
-    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        # Lightning does not save random states; seq2seq.checkpoint owns these keys.
-        save_run_state(
-            checkpoint,
-            run_config=self.run_config,
-            metrics=self.trainer.callback_metrics,
-            metric_signatures=signatures(self.hparams.bleu_tokenize),
-            train_seconds=self._train_seconds + time.monotonic() - self._train_started,
-        )
-
-    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        # Applied at the next training batch, the point where the saving run stood: Lightning
-        # still sets up loaders and loops between this hook and then.
-        self._rng_to_restore, self._train_seconds = restore_run_state(checkpoint)
-
-    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
-        states, self._rng_to_restore = self._rng_to_restore, {}
-        if "torch" in states:
-            torch.set_rng_state(states["torch"].cpu())
-        if "cuda" in states and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(states["cuda"])
-
-    def _log_examples(self, batch: dict[str, Tensor], predictions: Tensor) -> None:
-        if self.trainer.sanity_checking or not self.hparams.log_examples:
-            return
-        lines = [f"epoch {self.current_epoch} validation examples:"]
-        for i in range(min(self.hparams.log_examples, batch["src"].size(0))):
-            lines.append(f"  source:     {self.src_vocab.decode(batch['src'][i].tolist())}")
-            lines.append(f"  reference:  {self.tgt_vocab.decode(batch['labels'][i].tolist())}")
-            lines.append(f"  prediction: {self.tgt_vocab.decode(predictions[i].tolist())}")
-        if self.trainer.is_global_zero:
-            log.info("\n".join(lines))
-
-    def _mixed_precision(self) -> bool:
-        return self._trainer is not None and "mixed" in str(self._trainer.precision)
 
     def configure_optimizers(self) -> dict[str, Any]:
         # Not estimated_stepping_batches right here: asking for it now loads the train loader
@@ -393,3 +185,213 @@ class Seq2SeqModule(L.LightningModule):
             # that unscales them itself, as the fused one does.
             fused=not self._mixed_precision(),
         )
+
+    def _mixed_precision(self) -> bool:
+        return self._trainer is not None and "mixed" in str(self._trainer.precision)
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        # Applied at the next training batch, the point where the saving run stood: Lightning
+        # still sets up loaders and loops between this hook and then.
+        self._rng_to_restore, self._train_seconds = restore_run_state(checkpoint)
+
+    def on_train_start(self) -> None:
+        self._train_started = time.monotonic()
+
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+        states, self._rng_to_restore = self._rng_to_restore, {}
+        if "torch" in states:
+            torch.set_rng_state(states["torch"].cpu())
+        if "cuda" in states and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(states["cuda"])
+
+    def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
+        return self.model(src, tgt_in)
+
+    def model_step(self, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
+        """Loss averaged over the real (non-pad) target tokens, and the logits."""
+        logits = self.model(batch["src"], batch["tgt_in"])  # (B, T, V)
+        loss = F.cross_entropy(
+            logits.flatten(0, 1),
+            batch["labels"].flatten(),
+            ignore_index=self.tgt_vocab.pad_id,
+            label_smoothing=self.hparams.label_smoothing,
+        )
+        return loss, logits
+
+    def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor | None:
+        loss, logits = self.model_step(batch)
+        if not torch.isfinite(loss):
+            return self._non_finite(loss)
+        self._record("train", batch, loss, logits)
+        pad = self.tgt_vocab.pad_id
+        positions = batch["src"].numel() + batch["tgt_in"].numel()
+        padded = (batch["src"] == pad).sum() + (batch["tgt_in"] == pad).sum()
+        self.train_metrics["train/padding"].update(padded / positions, weight=positions)
+        self.log("train/loss_step", loss, prog_bar=True, batch_size=batch["src"].size(0))
+        # Training time, for curves against time (seq2seq.curves); restored on resume.
+        self.log(TIME, self._train_seconds + time.monotonic() - self._train_started)
+        return loss
+
+    def _non_finite(self, loss: Tensor) -> None:
+        """Stop before the bad update reaches the weights, or leave the batch out.
+
+        Returning None from training_step makes Lightning skip backward and the optimizer step.
+        """
+        step = self.global_step
+        if self.hparams.on_nonfinite_loss == "skip":
+            self._skipped += 1
+            log.warning("non-finite loss (%s) at step %d: batch skipped", loss.item(), step)
+            return None
+        last = Path(self.trainer.default_root_dir) / "checkpoints" / "last.ckpt"
+        kept = f"the last good checkpoint is {last}" if last.is_file() else "no checkpoint yet"
+        raise NonFiniteLossError(
+            f"non-finite loss ({loss.item()}) at step {step}: training stopped before that "
+            f"update; {kept}. Lower model.lr, raise model.warmup_steps, or set "
+            "model.on_nonfinite_loss=skip"
+        )
+
+    def _update(self, stage: str, batch: dict[str, Tensor]) -> Tensor:
+        loss, logits = self.model_step(batch)
+        self._record(stage, batch, loss, logits)
+        return loss
+
+    def _record(self, stage: str, batch: dict[str, Tensor], loss: Tensor, logits: Tensor) -> None:
+        metrics = self._stage_metrics(stage)
+        n_tokens = (batch["labels"] != self.tgt_vocab.pad_id).sum()
+        metrics[f"{stage}/loss"].update(loss.detach(), weight=n_tokens)
+        metrics[f"{stage}/token_acc"].update(
+            logits.detach().flatten(0, 1), batch["labels"].flatten()
+        )
+
+    def on_validation_start(self) -> None:
+        self._log_signatures_once()
+
+    def on_test_start(self) -> None:
+        self._log_signatures_once()
+
+    def _log_signatures_once(self) -> None:
+        if not self._signatures_logged and self.trainer.is_global_zero:
+            sig = signatures(self.hparams.bleu_tokenize)
+            log.info("BLEU and chrF are sacreBLEU's: BLEU %s; chrF %s", sig["bleu"], sig["chrf"])
+        self._signatures_logged = True
+
+    def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
+        self._eval_step("val", batch, batch_idx)
+
+    def test_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
+        self._eval_step("test", batch, batch_idx)
+
+    def _eval_step(self, stage: str, batch: dict[str, Tensor], batch_idx: int) -> None:
+        self._update(stage, batch)
+        limit = self.hparams.val_decode_limit
+        if stage == "val" and batch_idx == 0:
+            self._val_decoded = 0
+        if stage == "val" and limit is not None and self._val_decoded >= limit:
+            return
+        beam = self.decoding.beam_size if stage == "test" else 1
+        predictions = self.generate(batch["src"], beam)
+        metrics = self._stage_metrics(stage)
+        v = self.tgt_vocab
+        metrics[f"{stage}/exact_match"].update(
+            exact_match(predictions, batch["labels"], v.pad_id, v.eos_id)
+        )
+        hypotheses = [self.tgt_vocab.decode(row) for row in predictions.tolist()]
+        references = [self.tgt_vocab.decode(row) for row in batch["labels"].tolist()]
+        metrics[f"{stage}/cer"].update(hypotheses, references)
+        # Sources only for the test split's files: validation has no use for them.
+        sources = (
+            [self.src_vocab.decode(row) for row in batch["src"].tolist()]
+            if stage == "test"
+            else [""] * len(hypotheses)
+        )
+        ended = (predictions == v.eos_id).any(1).tolist()  # False: cut at the length limit
+        self._texts[stage].extend(zip(hypotheses, references, sources, ended, strict=True))
+        if stage == "val":
+            self._val_decoded += batch["src"].size(0)
+            if batch_idx == 0:
+                self._log_examples(batch, predictions)
+
+    def _log_examples(self, batch: dict[str, Tensor], predictions: Tensor) -> None:
+        if self.trainer.sanity_checking or not self.hparams.log_examples:
+            return
+        lines = [f"epoch {self.current_epoch} validation examples:"]
+        for i in range(min(self.hparams.log_examples, batch["src"].size(0))):
+            lines.append(f"  source:     {self.src_vocab.decode(batch['src'][i].tolist())}")
+            lines.append(f"  reference:  {self.tgt_vocab.decode(batch['labels'][i].tolist())}")
+            lines.append(f"  prediction: {self.tgt_vocab.decode(predictions[i].tolist())}")
+        if self.trainer.is_global_zero:
+            log.info("\n".join(lines))
+
+    def on_validation_epoch_end(self) -> None:
+        self._log_epoch("val")
+
+    def on_test_epoch_end(self) -> None:
+        self._log_epoch("test")
+
+    def _log_epoch(self, stage: str) -> None:
+        metrics = self._stage_metrics(stage)
+        # compute() already reduces across processes (torchmetrics syncs its states).
+        values = metrics.compute()
+        metrics.reset()
+        if stage != "train":
+            # Every process's texts, in the split's order; cleared for the next epoch.
+            rows, self._texts[stage] = self._texts[stage], []
+            keep = len(self.trainer.test_dataloaders.dataset) if stage == "test" else None
+            rows = gather_texts(rows, self.trainer.world_size, keep)
+            if rows:
+                hypotheses, references, _, ended = zip(*rows, strict=True)
+                scores = corpus_scores(hypotheses, references, self.hparams.bleu_tokenize)
+                values |= {f"{stage}/{name}": score["score"] for name, score in scores.items()}
+                if stage == "val" and not self.trainer.sanity_checking:
+                    values |= self._consult_doctor(hypotheses, references, ended, values)
+            if stage == "test" and self.trainer.is_global_zero:
+                write_test_texts(Path(self.trainer.default_root_dir), rows)
+        self.log_dict(values, prog_bar=stage == "val")
+
+    def _stage_metrics(self, stage: str) -> MetricCollection:
+        return getattr(self, f"{stage}_metrics")
+
+    def _consult_doctor(
+        self,
+        hypotheses: Sequence[str],
+        references: Sequence[str],
+        ended: Sequence[bool],
+        values: dict[str, Any],
+    ) -> dict[str, float]:
+        """The doctor's metrics of this validation; what looks wrong goes to the log."""
+        loss, bleu = float(values["val/loss"]), float(values["val/bleu"])
+        metrics, warnings = self.doctor.diagnose(hypotheses, references, ended, loss, bleu)
+        if self.trainer.is_global_zero:
+            for warning in warnings:
+                log.warning("validation at step %d: %s", self.global_step, warning)
+        return {f"val/{name}": value for name, value in metrics.items()}
+
+    def on_train_epoch_end(self) -> None:
+        self._log_epoch("train")
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        # Lightning does not save random states; seq2seq.checkpoint owns these keys.
+        save_run_state(
+            checkpoint,
+            run_config=self.run_config,
+            metrics=self.trainer.callback_metrics,
+            metric_signatures=signatures(self.hparams.bleu_tokenize),
+            train_seconds=self._train_seconds + time.monotonic() - self._train_started,
+        )
+
+    def on_train_end(self) -> None:
+        if self._skipped:
+            log.warning("skipped %d batches with a non-finite loss", self._skipped)
+
+    def generate(self, src: Tensor, beam_size: int = 1) -> Tensor:
+        """(B, S) source ids -> (B, L) predictions, by greedy search or beam search."""
+        return generate(self.model, src, self.decoding, beam_size)
+
+    def greedy(self, src: Tensor) -> Tensor:
+        """(B, S) source ids -> (B, L) greedy predictions (EOS, then padding)."""
+        return self.generate(src, beam_size=1)
+
+    @property
+    def decoding(self) -> DecodingConfig:
+        # Read from hparams each time: evaluating a checkpoint (train=false) sets new values.
+        return DecodingConfig.from_hparams(self.hparams)

@@ -23,13 +23,7 @@ from torch import Tensor
 
 from seq2seq.checkpoint import load_module
 from seq2seq.data.tokenizer import clean, decode_line
-from seq2seq.decoding import (
-    DECODING_KEYS,
-    beam_search,
-    decode_length_limit,
-    greedy_decode,
-    sample_decode,
-)
+from seq2seq.decoding import DecodingConfig, beam_search, greedy_decode, sample_decode
 
 
 @dataclass
@@ -136,7 +130,7 @@ class CheckpointModel:
         self.module = load_module(path, map_location=self.device)
         self.src_vocab, self.tgt_vocab = self.module.src_vocab, self.module.tgt_vocab
         self.max_positions = self.module.config.max_positions
-        self.decoding = {key: self.module.hparams[key] for key in DECODING_KEYS}
+        self.decoding = self.module.decoding
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
 
     def generate(self, rows: list[list[int]], max_len: int, args: argparse.Namespace) -> list:
@@ -150,7 +144,7 @@ class CheckpointModel:
         if args.beam == 1:
             return [[(float("nan"), row)] for row in greedy_decode(model, src, max_len).tolist()]
         penalty = args.length_penalty
-        penalty = self.decoding["length_penalty"] if penalty is None else penalty
+        penalty = self.decoding.length_penalty if penalty is None else penalty
         tokens, scores = beam_search(model, src, max_len, args.beam, penalty, args.n_best)
         return [
             list(zip(s, t, strict=True))
@@ -182,11 +176,11 @@ def translate(args: argparse.Namespace) -> list[str]:
                 "mapped to <unk>",
                 file=sys.stderr,
             )
-    a, b = model.decoding["max_len_a"], model.decoding["max_len_b"]
+    decoding: DecodingConfig = model.decoding
     results: dict[int, list[tuple]] = {}
     for batch in batches(encoded, args.batch_size):
         rows = [item.ids for item in batch]
-        limit = decode_length_limit(max(len(row) for row in rows), a, b, model.max_positions)
+        limit = decoding.max_len(max(len(row) for row in rows), model.max_positions)
         max_len = min(args.max_len or limit, model.max_positions)
         for item, hyps in zip(batch, model.generate(rows, max_len, args), strict=True):
             results[item.index] = hyps

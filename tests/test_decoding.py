@@ -7,7 +7,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from seq2seq.decoding import beam_search, filter_logits, greedy_decode, sample_decode
+from seq2seq.decoding import (
+    DecodingConfig,
+    beam_search,
+    filter_logits,
+    greedy_decode,
+    sample_decode,
+)
 from seq2seq.model import ModelConfig, Seq2SeqTransformer
 
 PAD, BOS, EOS, VOCAB = 0, 1, 2, 12
@@ -204,3 +210,13 @@ def test_bad_beam_settings_fail_clearly(trained: Seq2SeqTransformer) -> None:
         beam_search(trained, sources(), 5, beam_size=0)
     with pytest.raises(ValueError, match=r"n_best must be in \[1, beam_size=2\], got 3"):
         beam_search(trained, sources(), 5, beam_size=2, n_best=3)
+
+
+def test_decoding_config_length_rule_and_checks() -> None:
+    decoding = DecodingConfig(max_len_a=1.2, max_len_b=10)
+    assert decoding.max_len(20, max_positions=256) == 34  # a * S + b
+    assert decoding.max_len(300, max_positions=256) == 256  # never past the positions
+    assert DecodingConfig(max_len_a=0.0, max_len_b=0).max_len(5, 256) == 1  # at least one
+    assert DecodingConfig.from_hparams({**decoding.to_dict(), "lr": 1.0}) == decoding
+    with pytest.raises(ValueError, match=r"model\.beam_size must be a positive integer, got 0"):
+        DecodingConfig(beam_size=0)

@@ -1,0 +1,189 @@
+"""The user's own parallel text: two aligned text files, or one TSV/CSV/JSONL file (either
+optionally .gz), cached as a HuggingFace dataset keyed by every setting and the files' size and
+modification time (an edited file is read again)."""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import json
+from collections.abc import Iterator
+from itertools import zip_longest
+from pathlib import Path
+from typing import Any
+
+from datasets import DatasetDict
+
+from seq2seq.data.corpora.common import from_generator
+from seq2seq.data.tokenizer import clean, decode_line
+
+
+def _open_binary(path: Path):
+    return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
+
+
+def read_lines(path: Path) -> Iterator[str]:
+    """The lines of a UTF-8 text file (or .gz), without line ends; bad bytes name the line."""
+    with _open_binary(path) as f:
+        for number, raw in enumerate(f, 1):
+            yield decode_line(raw, str(path), number)
+
+
+def _count_lines(lines: Iterator[str]) -> int:
+    return sum(1 for _ in lines)
+
+
+def aligned_pairs(src: Path, tgt: Path) -> Iterator[dict[str, str]]:
+    """Line i of src with line i of tgt; files of different lengths fail with both counts."""
+    src_lines, tgt_lines = read_lines(src), read_lines(tgt)
+    number = 0
+    for number, (source, target) in enumerate(zip_longest(src_lines, tgt_lines), 1):
+        if source is None or target is None:
+            n_src = number - 1 + (source is not None) + _count_lines(src_lines)
+            n_tgt = number - 1 + (target is not None) + _count_lines(tgt_lines)
+            raise ValueError(
+                f"{src} has {n_src} lines but {tgt} has {n_tgt}: the files must be aligned, "
+                "one sentence a line"
+            )
+        yield {"src": clean(source), "tgt": clean(target)}
+    if number == 0:
+        raise ValueError(f"{src} and {tgt} are empty: give files with one sentence a line")
+
+
+def _field(record: dict[str, Any], column: str) -> Any:
+    """record["a"]["b"] for column "a.b" (e.g. translation.de), or KeyError."""
+    value: Any = record
+    for key in column.split("."):
+        if not isinstance(value, dict):
+            raise KeyError(column)
+        value = value[key]
+    return value
+
+
+def table_pairs(path: Path, src_column: str, tgt_column: str) -> Iterator[dict[str, str]]:
+    """Pairs from a TSV or CSV file with a header row, or a JSONL file of objects."""
+    kind = table_kind(path)
+    lines = read_lines(path)
+    count = 0
+    if kind == "jsonl":
+        for number, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+                pair = {"src": _field(record, src_column), "tgt": _field(record, tgt_column)}
+            except json.JSONDecodeError as error:
+                raise ValueError(f"{path} line {number} is not valid JSON: {error.msg}") from None
+            except (KeyError, TypeError) as error:
+                raise ValueError(
+                    f"{path} line {number} has no field {error.args[0]!r}; set "
+                    "data.corpus.src_column and tgt_column to its keys (a.b for nested ones)"
+                ) from None
+            count += 1
+            yield {"src": clean(str(pair["src"])), "tgt": clean(str(pair["tgt"]))}
+    else:
+        delimiter = "\t" if kind == "tsv" else ","
+        quoting = csv.QUOTE_NONE if kind == "tsv" else csv.QUOTE_MINIMAL
+        reader = csv.reader(lines, delimiter=delimiter, quoting=quoting)
+        header = next(reader, None)
+        if header is None:
+            raise ValueError(f"{path} is empty: a {kind.upper()} file needs a header row")
+        missing = [c for c in (src_column, tgt_column) if c not in header]
+        if missing:
+            raise ValueError(
+                f"{path} has no column {missing[0]!r} (its header: {', '.join(header)}); set "
+                "data.corpus.src_column and tgt_column"
+            )
+        src_index, tgt_index = header.index(src_column), header.index(tgt_column)
+        for row in reader:
+            if not row:
+                continue
+            if len(row) != len(header):
+                raise ValueError(
+                    f"{path} line {reader.line_num} has {len(row)} fields but the header has "
+                    f"{len(header)}"
+                )
+            count += 1
+            yield {"src": clean(row[src_index]), "tgt": clean(row[tgt_index])}
+    if count == 0:
+        raise ValueError(f"{path} has no pairs: it is empty or holds only a header")
+
+
+def table_kind(path: Path) -> str:
+    suffix = Path(path.name.removesuffix(".gz")).suffix.lower()
+    kinds = {".tsv": "tsv", ".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl"}
+    if suffix not in kinds:
+        raise ValueError(
+            f"cannot tell the format of {path} from its name: use .tsv, .csv or .jsonl "
+            "(optionally .gz), or give two aligned text files as src and tgt"
+        )
+    return kinds[suffix]
+
+
+def file_pairs(
+    files: dict[str, str], src_column: str, tgt_column: str, stamps: tuple[Any, ...]
+) -> Iterator[dict[str, str]]:
+    """The generator behind ParallelFiles; `stamps` only keys the cache."""
+    if files.get("file"):
+        yield from table_pairs(Path(files["file"]), src_column, tgt_column)
+    else:
+        yield from aligned_pairs(Path(files["src"]), Path(files["tgt"]))
+
+
+class ParallelFiles:
+    """The user's corpus from local files, per split either
+
+    - ``{src: train.en, tgt: train.de}``: two aligned plain-text files, one sentence a line;
+    - ``{file: train.tsv}``: one TSV or CSV file with a header row, or JSONL, holding the
+      columns src_column and tgt_column (JSONL keys may be nested: translation.de).
+
+    Any file may be gzip-compressed (.gz). A split left out (null) is split off the training
+    data by the data module.
+    """
+
+    def __init__(
+        self,
+        train: dict[str, str | None],
+        validation: dict[str, str | None] | None = None,
+        test: dict[str, str | None] | None = None,
+        src_column: str = "src",
+        tgt_column: str = "tgt",
+    ) -> None:
+        self.splits = {}
+        for split, files in (("train", train), ("validation", validation), ("test", test)):
+            files = {k: v for k, v in (files or {}).items() if v}
+            if not files:
+                if split == "train":
+                    raise ValueError(
+                        "data.corpus.train needs files: src=PATH tgt=PATH (aligned text "
+                        "files) or file=PATH (TSV, CSV or JSONL)"
+                    )
+                continue
+            self.splits[split] = self._check(split, files)
+        self.src_column, self.tgt_column = src_column, tgt_column
+
+    @staticmethod
+    def _check(split: str, files: dict[str, str]) -> dict[str, str]:
+        if "file" in files and ("src" in files or "tgt" in files):
+            raise ValueError(f"data.corpus.{split}: give file=PATH or src and tgt, not both")
+        if "file" not in files and not ("src" in files and "tgt" in files):
+            given = ", ".join(sorted(files))
+            raise ValueError(f"data.corpus.{split} needs both src and tgt files, got {given}")
+        for key, path in files.items():
+            if not Path(path).is_file():
+                raise ValueError(f"data.corpus.{split}.{key}: file {path} does not exist")
+        if "file" in files:
+            table_kind(Path(files["file"]))
+        return files
+
+    def load(self, data_dir: Path) -> DatasetDict:
+        cache_dir = Path(data_dir) / "files"
+        out = {}
+        for split, files in self.splits.items():
+            paths = [Path(p).resolve() for p in files.values()]
+            stamps = tuple((str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in paths)
+            out[split] = from_generator(
+                file_pairs, cache_dir, files=files, src_column=self.src_column,
+                tgt_column=self.tgt_column, stamps=stamps,
+            )  # fmt: skip
+        return DatasetDict(out)
