@@ -52,6 +52,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     import lightning as L
 
     from seq2seq.average import average_last_validations
+    from seq2seq.callbacks import best_checkpoint
 
     if logging.getLogger().handlers:
         # `import lightning` adds its own console handler, and its records also reach the
@@ -86,7 +87,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         if cfg.train:
             trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from)
             # Read now: testing restores the callbacks' state as the best checkpoint saved it.
-            best = _best_checkpoint(trainer)
+            best = best_checkpoint(trainer)
             if cfg.average_last:
                 run_dir = Path(cfg.paths.output_dir)
                 averaged = average_last_validations(run_dir, cfg.average_last, trainer)
@@ -127,29 +128,10 @@ def build_module(cfg: DictConfig, datamodule: Any) -> Any:
         )
         module.run_config = OmegaConf.to_container(cfg, resolve=True)
         return module
-    from seq2seq.checkpoint import load_module
+    from seq2seq.checkpoint import load_for_evaluation
 
     log.info("Loading model from %s", cfg.ckpt_path)
-    module = load_module(cfg.ckpt_path)
-    if (module.src_vocab, module.tgt_vocab) != (datamodule.src_vocab, datamodule.tgt_vocab):
-        raise ValueError(
-            f"the vocabulary of {cfg.ckpt_path} differs from the configured data's; "
-            "evaluate with the data config the checkpoint was trained on"
-        )
-    from seq2seq.decoding import DECODING_KEYS
-
-    for name in DECODING_KEYS:
-        module.hparams[name] = cfg.model[name]  # decoding settings may differ from training
-    return module
-
-
-def _best_checkpoint(trainer: Any) -> str | None:
-    """The best checkpoint of the callback that ranks by a metric (the others keep last.ckpt,
-    or the most recent by step)."""
-    ranked = [
-        c for c in trainer.checkpoint_callbacks if getattr(c, "monitor", None) not in (None, "step")
-    ]
-    return next((c.best_model_path for c in ranked if c.best_model_path), None)
+    return load_for_evaluation(cfg.ckpt_path, datamodule, cfg.model)
 
 
 @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="train")

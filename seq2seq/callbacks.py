@@ -240,3 +240,12 @@ def _test_share(trainer: Any, pl_module: Any) -> float:
         decoded_in_validation = min(decoded_in_validation, limit)
     beam = max(1, pl_module.hparams.get("beam_size", 1))
     return len(splits["test"]) / max(decoded_in_validation, 1) * beam
+
+
+def best_checkpoint(trainer: Any) -> str | None:
+    """The best checkpoint of the callback that ranks by a metric (the others keep last.ckpt,
+    or the most recent by step)."""
+    ranked = [
+        c for c in trainer.checkpoint_callbacks if getattr(c, "monitor", None) not in (None, "step")
+    ]
+    return next((c.best_model_path for c in ranked if c.best_model_path), None)

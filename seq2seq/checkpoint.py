@@ -35,6 +35,7 @@ __all__ = [
     "FORMAT_VERSION",
     "CheckpointError",
     "load_checkpoint",
+    "load_for_evaluation",
     "load_module",
     "module_from_checkpoint",
     "restore_run_state",
@@ -141,3 +142,20 @@ def module_from_checkpoint(
             f"unexpected {unexpected[:5]}"
         )
     return module.to(map_location).eval()
+
+
+def load_for_evaluation(path: str | Path, datamodule: Any, model_config: Any):
+    """The module of a checkpoint to test on the configured data (train=false): its
+    vocabularies must be the data's; the decoding settings (DecodingConfig's fields) come from
+    the config's model group, everything else from the checkpoint."""
+    from seq2seq.decoding import DECODING_KEYS
+
+    module = load_module(path)
+    if (module.src_vocab, module.tgt_vocab) != (datamodule.src_vocab, datamodule.tgt_vocab):
+        raise ValueError(
+            f"the vocabulary of {path} differs from the configured data's; "
+            "evaluate with the data config the checkpoint was trained on"
+        )
+    for name in DECODING_KEYS:
+        module.hparams[name] = model_config[name]
+    return module
