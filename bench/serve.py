@@ -1,6 +1,6 @@
 """Serving: our decoder against CTranslate2 on the same model and inputs, side by side.
 
-    python bench/serve.py                      # the README's tables (CPU, about 10 minutes)
+    python bench/serve.py                      # the README's tables (CPU, about 8 minutes)
     python bench/serve.py --lengths 64 --batches 32 --repeats 1 --no-quality  # a quick look
     python bench/serve.py --real path/to/best.ckpt --sources test.en --references test.fr
 
@@ -12,10 +12,12 @@ run makes exactly that many. Tokens per second (new tokens of the best hypothesi
 of --repeats taken in turn, and ours / CTranslate2 (above 1: ours is faster).
 
 Quality: the real-text model's test split translated through `seq2seq.translate` with --ckpt
-(ours), and with --model on the float32 export as float32 and as int8, with the checkpoint's
-decoding (beam 5 for experiment=parallel_bpe): BLEU, chrF, seconds, and how many outputs equal
-ours. The real-text model is the 30-minute run of bench/recipe.py (README "The recipe,
-measured"); without it those rows are left out.
+(ours), and with --model on an export under each --quantization (CTranslate2 computes in the
+nearest type this machine supports: on a CPU without float16, float16 weights are rounded and
+computed in float32), with the checkpoint's decoding (beam 5 for experiment=parallel_bpe):
+the weights' size, BLEU, chrF, seconds (load included), and how many outputs equal ours. The
+real-text model is the 30-minute run of bench/recipe.py (README "The recipe, measured");
+without it those rows are left out.
 """
 
 from __future__ import annotations
@@ -39,7 +41,12 @@ from common import environment, interleaved_seconds, print_table  # noqa: E402
 from seq2seq import translate as translate_cli  # noqa: E402
 from seq2seq.checkpoint import load_module  # noqa: E402
 from seq2seq.decoding import beam_search, greedy_decode  # noqa: E402
-from seq2seq.export import import_ctranslate2, token_strings, write_export  # noqa: E402
+from seq2seq.export import (  # noqa: E402
+    QUANTIZATIONS,
+    import_ctranslate2,
+    token_strings,
+    write_export,
+)
 from seq2seq.module import Seq2SeqModule  # noqa: E402
 from seq2seq.score import corpus_scores, read_lines  # noqa: E402
 
@@ -130,18 +137,18 @@ def real_sources(module, path: Path, count: int) -> torch.Tensor:
     return torch.tensor([row + [module.src_vocab.pad_id] * (width - len(row)) for row in ids])
 
 
-def quality_rows(ckpt: Path, sources: Path, references: Path, args, work: Path) -> list[list]:
+def quality_rows(ckpt: Path, sources: Path, references: Path, work: Path) -> list[list]:
+    """Ours, then the export under each --quantization, on the test split via translate."""
+    ctranslate2 = import_ctranslate2()
     module = load_module(ckpt)
-    directory = write_export(module, work / "real-quality")
     refs = read_lines(references)
-    runs = {
-        "ours (PyTorch)": ["--ckpt", str(ckpt)],
-        "CTranslate2 float32": ["--model", str(directory), "--compute-type", "float32"],
-        "CTranslate2 int8": ["--model", str(directory), "--compute-type", "int8"],
-    }
     beam = str(module.hparams.beam_size)
+    runs = {"ours (PyTorch)": (["--ckpt", str(ckpt)], None)}
+    for quantization in QUANTIZATIONS:
+        directory = write_export(module, work / f"real-{quantization}", quantization)
+        runs[f"export {quantization}"] = (["--model", str(directory)], directory)
     outputs, rows = {}, []
-    for name, model in runs.items():
+    for name, (model, directory) in runs.items():
         argv = [*model, "--input", str(sources), "--beam", beam, "--truncate"]
         start = time.perf_counter()
         with torch.inference_mode():
@@ -149,8 +156,13 @@ def quality_rows(ckpt: Path, sources: Path, references: Path, args, work: Path) 
         seconds = time.perf_counter() - start
         bleu, chrf = (s["score"] * 100 for s in corpus_scores(outputs[name], refs).values())
         same = sum(a == b for a, b in zip(outputs[name], outputs["ours (PyTorch)"], strict=True))
-        rows.append([name, f"beam {beam}", f"{bleu:.2f}", f"{chrf:.2f}", f"{seconds:.1f}",
-                     f"{same / len(refs):.1%}"])  # fmt: skip
+        if directory is None:
+            computes, size = "float32", ckpt.stat().st_size  # the checkpoint: optimizer too
+        else:
+            computes = ctranslate2.Translator(str(directory)).compute_type
+            size = (directory / "model.bin").stat().st_size
+        rows.append([name, computes, f"{size / 2**20:.1f}", f"{bleu:.2f}", f"{chrf:.2f}",
+                     f"{seconds:.1f}", f"{same / len(refs):.1%}"])  # fmt: skip
         print(f"  quality: {name}", file=sys.stderr)
     return rows
 
@@ -193,10 +205,13 @@ def main() -> None:
         )  # fmt: skip
         if real and not args.no_quality:
             print(f"\nQuality on {args.sources} ({args.real.parent.parent.name}):\n")
+            print(f"Beam {load_module(args.real).hparams.beam_size}; 'computes as': the type")
+            print("CTranslate2 chose on this machine for the export's weights.\n")
             print_table(
-                ["decoder", "search", "BLEU", "chrF", "seconds", "same output as ours"],
-                quality_rows(args.real, args.sources, args.references, args, work),
-            )
+                ["decoder", "computes as", "MiB", "BLEU", "chrF", "seconds",
+                 "same output as ours"],
+                quality_rows(args.real, args.sources, args.references, work),
+            )  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -73,7 +73,9 @@ def token_strings(tokenizer: Any) -> list[str]:
 
 
 def _numpy(tensor: torch.Tensor) -> Any:
-    return tensor.detach().float().cpu().numpy()
+    # A copy: a float32 CPU tensor's .numpy() shares its memory, and CTranslate2's int8
+    # quantization scales some arrays in place (it changed the module's embeddings).
+    return tensor.detach().float().cpu().numpy().copy()
 
 
 def _linear(spec: Any, *layers: torch.nn.Linear) -> None:
@@ -160,9 +162,10 @@ def model_spec(module: Any) -> Any:
         _feed_forward(spec.ffn, layer.ff, layer.res_ff.norm)
     _linear(decoder.projection, model.generator)
     # Our search never outputs <pad> or <bos> (seq2seq.decoding); CTranslate2 has no such rule,
-    # so the export carries it: a bias that rules both out (exp(-1e9) is 0 in any float type).
+    # so the export carries it: a bias that rules both out (exp(-10000) is 0 in every float
+    # type, and -10000 fits in float16).
     bias = torch.zeros(config.tgt_vocab_size)
-    bias[[config.pad_id, config.bos_id]] = -1e9
+    bias[[config.pad_id, config.bos_id]] = -1e4
     decoder.projection.bias = _numpy(bias)
 
     spec = transformer_spec.TransformerSpec(encoder, decoder)

@@ -9,6 +9,7 @@ decoding) that CTranslate2 reports: the two searches may rank differently, the m
 
 from __future__ import annotations
 
+import io
 import json
 import sys
 from pathlib import Path
@@ -22,7 +23,7 @@ from seq2seq import export as export_cli
 from seq2seq import translate as translate_cli
 from seq2seq.checkpoint import load_module
 from seq2seq.decoding import beam_search, greedy_decode
-from seq2seq.export import export, token_strings
+from seq2seq.export import export, token_strings, write_export
 from seq2seq.module import Seq2SeqModule
 from train import train
 
@@ -179,13 +180,16 @@ def test_beam_scores_are_our_models_and_top_outputs_agree(kind, checkpoints, exp
 
 
 def test_translate_with_the_export_prints_what_the_checkpoint_prints(
-    checkpoints, exports, capsys
+    checkpoints, exports, tmp_path, monkeypatch, capsys
 ) -> None:
     inputs = ["3 1 4 1 5", "", "2 7 1 8", "9 9 x"]
-    outputs = {}
+    (tmp_path / "inputs.txt").write_text("\n".join(inputs) + "\n", encoding="utf-8")
+    from_file, outputs = ["--input", str(tmp_path / "inputs.txt"), "--batch-size", "1"], {}
     for flag, path in (("--ckpt", checkpoints["copy"]), ("--model", str(exports["copy"]))):
-        for extra in ([], ["--beam", "4"], ["--max-len", "3"], ["--batch-size", "1"]):
-            assert translate_cli.main([flag, path, *extra, *inputs]) == 0
+        for extra in ([], ["--beam", "4"], ["--max-len", "3"], from_file, ["--input", "-"]):
+            monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"3 1 4 1 5\n")))
+            texts = inputs if "--input" not in extra else []
+            assert translate_cli.main([flag, path, *extra, *texts]) == 0
             captured = capsys.readouterr()
             outputs[flag, " ".join(extra)] = (captured.out, captured.err)
     for (_, extra), printed in outputs.items():
@@ -194,6 +198,8 @@ def test_translate_with_the_export_prints_what_the_checkpoint_prints(
     out, err = outputs["--model", ""]
     assert out.splitlines()[:3] == ["3 1 4 1 5", "", "2 7 1 8"]
     assert "input line 4: 1 unknown token(s)" in err
+    assert outputs["--model", " ".join(from_file)] == (out, err)  # a file, one line a batch
+    assert outputs["--model", "--input -"][0] == "3 1 4 1 5\n"  # standard input
 
 
 def test_translate_with_the_export_samples_and_gives_n_best(exports, capsys) -> None:
@@ -252,6 +258,15 @@ def untrained_checkpoint(path: Path, **net) -> str:
     path.parent.mkdir(parents=True, exist_ok=True)
     torch.save({"state_dict": module.state_dict(), "hyper_parameters": dict(module.hparams)}, path)
     return str(path)
+
+
+@pytest.mark.parametrize("quantization", ["int8", "float16"])
+def test_exporting_leaves_the_module_as_it_was(quantization, tmp_path) -> None:
+    module = load_module(untrained_checkpoint(tmp_path / "m.ckpt"))
+    before = {name: tensor.clone() for name, tensor in module.state_dict().items()}
+    write_export(module, tmp_path / "out", quantization)
+    after = module.state_dict()
+    assert [name for name in before if not torch.equal(before[name], after[name])] == []
 
 
 def test_heads_narrower_than_d_model_over_heads_export_exactly(tmp_path) -> None:
