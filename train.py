@@ -61,10 +61,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     L.seed_everything(cfg.seed, workers=True)
     log.info("Instantiating data <%s>", cfg.data._target_)
     datamodule = check_config(cfg)  # before the data is made: bad values fail at once
-    # The vocabularies are needed to size the model; setup() is idempotent for Lightning.
-    datamodule.prepare_data()
-    datamodule.setup("fit")
-    module = build_module(cfg, datamodule)
+    module = build_module(cfg, *datamodule.tokenizers())
     resume_from = checkpoint_to_resume(cfg) if cfg.train else None
     if resume_from:
         check_same_model(resume_from, module)
@@ -117,21 +114,19 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     return summary
 
 
-def build_module(cfg: DictConfig, datamodule: Any) -> Any:
-    """A new module sized by the data's vocabularies, or (train=false) the checkpoint's."""
+def build_module(cfg: DictConfig, src_vocab: Any, tgt_vocab: Any) -> Any:
+    """A new module sized by the data's tokenizers, or (train=false) the checkpoint's."""
     if cfg.train:
         log.info("Instantiating model <%s>", cfg.model._target_)
         module = instantiate(
-            cfg.model,
-            src_vocab=datamodule.src_vocab.to_dict(),
-            tgt_vocab=datamodule.tgt_vocab.to_dict(),
+            cfg.model, src_vocab=src_vocab.to_dict(), tgt_vocab=tgt_vocab.to_dict()
         )
         module.run_config = OmegaConf.to_container(cfg, resolve=True)
         return module
     from seq2seq.checkpoint import load_for_evaluation
 
     log.info("Loading model from %s", cfg.ckpt_path)
-    return load_for_evaluation(cfg.ckpt_path, datamodule, cfg.model)
+    return load_for_evaluation(cfg.ckpt_path, (src_vocab, tgt_vocab), cfg.model)
 
 
 @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="train")

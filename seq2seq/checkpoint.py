@@ -144,14 +144,14 @@ def module_from_checkpoint(
     return module.to(map_location).eval()
 
 
-def load_for_evaluation(path: str | Path, datamodule: Any, model_config: Any):
+def load_for_evaluation(path: str | Path, tokenizers: tuple[Any, Any], model_config: Any):
     """The module of a checkpoint to test on the configured data (train=false): its
-    vocabularies must be the data's; the decoding settings (DecodingConfig's fields) come from
+    tokenizers must be the data's; the decoding settings (DecodingConfig's fields) come from
     the config's model group, everything else from the checkpoint."""
     from seq2seq.decoding import DECODING_KEYS
 
     module = load_module(path)
-    if (module.src_vocab, module.tgt_vocab) != (datamodule.src_vocab, datamodule.tgt_vocab):
+    if (module.src_vocab, module.tgt_vocab) != tokenizers:
         raise ValueError(
             f"the vocabulary of {path} differs from the configured data's; "
             "evaluate with the data config the checkpoint was trained on"

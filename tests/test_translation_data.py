@@ -280,6 +280,8 @@ def test_datamodule_drops_and_counts_empty_and_long_pairs_and_splits_off_missing
     sizes = {split: len(ds) for split, ds in datamodule.splits.items()}
     assert sizes == {"train": 147, "validation": 20, "test": 30}
     again = make()
+    src, tgt = again.tokenizers()  # asked for first: fitted on the same training split
+    assert (src, tgt) == (datamodule.src_vocab, datamodule.tgt_vocab) and len(src) > 4
     again.setup("fit")
     assert again.splits["test"]["src_ids"] == datamodule.splits["test"]["src_ids"]
     test_sources = {tuple(ids) for ids in datamodule.splits["test"]["src_ids"]}

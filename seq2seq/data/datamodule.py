@@ -21,7 +21,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 from seq2seq import checks
 from seq2seq.data.batching import BucketBatchSampler, EpochShuffle, InOrder
 from seq2seq.data.synthetic import SPLITS, check_held_out, check_task, generate
-from seq2seq.data.tokenizer import Tokenizer
+from seq2seq.data.tokenizer import AnyTokenizer
 from seq2seq.data.vocab import Vocabulary
 
 log = logging.getLogger(__name__)
@@ -58,7 +58,7 @@ def collate(examples: list[dict[str, Any]], pad_id: int, bos_id: int, eos_id: in
 
 
 def encode_texts(
-    batch: dict[str, list[str]], src_vocab: Tokenizer, tgt_vocab: Tokenizer
+    batch: dict[str, list[str]], src_vocab: AnyTokenizer, tgt_vocab: AnyTokenizer
 ) -> dict[str, list]:
     """Token ids of a batch of pairs, and each pair's padded length (its longer side, the
     target counting its <bos> or <eos>), which length bucketing sorts by."""
@@ -81,8 +81,8 @@ class Seq2SeqDataModule(L.LightningDataModule):
         pool_batches: with bucket, how many batches' worth of examples are sorted together.
     """
 
-    src_vocab: Tokenizer
-    tgt_vocab: Tokenizer
+    src_vocab: AnyTokenizer
+    tgt_vocab: AnyTokenizer
     max_length: int  # the most tokens of a source or target, without <bos> and <eos>
 
     def __init__(
@@ -118,6 +118,14 @@ class Seq2SeqDataModule(L.LightningDataModule):
     def load_splits(self) -> DatasetDict:
         """The text splits train, validation, test, each with "src" and "tgt" columns."""
         raise NotImplementedError
+
+    def tokenizers(self) -> tuple[AnyTokenizer, AnyTokenizer]:
+        """The source and target tokenizers, which size the model: a synthetic task's are
+        fixed; a translation task's are fitted on its training split, so asking for them
+        reads (or makes, once, into the cache) the data."""
+        if self.splits is None:
+            self.prepare_data()
+        return self.src_vocab, self.tgt_vocab
 
     def prepare_data(self) -> None:
         # Fills the cache under data_dir once per node; Lightning calls it again at each stage.

@@ -124,7 +124,9 @@ class LearnedTokenizer:
         return cls(state["kind"], Tokenizer.from_str(state["json"]))
 
 
-Tokenizer = Vocabulary | LearnedTokenizer
+# Any of the project's tokenizers (not the `tokenizers` library's Tokenizer, which
+# LearnedTokenizer wraps).
+AnyTokenizer = Vocabulary | LearnedTokenizer
 
 
 def check_tokenizer_settings(kind: Any, vocab_size: Any, min_frequency: Any) -> None:
@@ -144,7 +146,7 @@ def check_tokenizer_settings(kind: Any, vocab_size: Any, min_frequency: Any) -> 
 
 def fit_tokenizer(
     kind: str, texts: Iterable[str], vocab_size: int | None = None, min_frequency: int = 1
-) -> Tokenizer:
+) -> AnyTokenizer:
     """A tokenizer of the given kind fitted on texts (the training split)."""
     check_tokenizer_settings(kind, vocab_size, min_frequency)
     if kind == "char":
@@ -152,7 +154,7 @@ def fit_tokenizer(
     return LearnedTokenizer.fit(kind, texts, vocab_size, min_frequency)
 
 
-def tokenizer_from_dict(state: dict[str, Any]) -> Tokenizer:
+def tokenizer_from_dict(state: dict[str, Any]) -> AnyTokenizer:
     """Rebuild a tokenizer from its to_dict() (as saved in checkpoints)."""
     kind = state.get("kind") if isinstance(state, dict) else None
     if kind == Vocabulary.kind:
@@ -164,9 +166,9 @@ def tokenizer_from_dict(state: dict[str, Any]) -> Tokenizer:
     raise ValueError(f"not a saved tokenizer: kind={kind!r}")
 
 
-def save_tokenizer(tokenizer: Tokenizer, path: Any) -> None:
+def save_tokenizer(tokenizer: AnyTokenizer, path: Any) -> None:
     path.write_text(json.dumps(tokenizer.to_dict()), encoding="utf-8")
 
 
-def load_tokenizer(path: Any) -> Tokenizer:
+def load_tokenizer(path: Any) -> AnyTokenizer:
     return tokenizer_from_dict(json.loads(path.read_text(encoding="utf-8")))

@@ -27,7 +27,7 @@ from seq2seq import checks
 from seq2seq.data.corpora import SPLITS
 from seq2seq.data.datamodule import Seq2SeqDataModule
 from seq2seq.data.tokenizer import (
-    Tokenizer,
+    AnyTokenizer,
     check_tokenizer_settings,
     fit_tokenizer,
     load_tokenizer,
@@ -269,7 +269,7 @@ class TranslationDataModule(Seq2SeqDataModule):
                 raise ValueError(f"the {split} split is empty: give data with pairs in it")
         return DatasetDict({split: text[split] for split in SPLITS})
 
-    def _fit(self, train: Any) -> tuple[Tokenizer, Tokenizer]:
+    def _fit(self, train: Any) -> tuple[AnyTokenizer, AnyTokenizer]:
         """Source and target tokenizers fitted on train, or read from the cache."""
         config = self.tokenizer_config
         key = hashlib.sha256(
@@ -279,7 +279,7 @@ class TranslationDataModule(Seq2SeqDataModule):
         if all(p.is_file() for p in paths):
             return load_tokenizer(paths[0]), load_tokenizer(paths[1])
 
-        def fit(*columns: str) -> Tokenizer:
+        def fit(*columns: str) -> AnyTokenizer:
             texts = (text for column in columns for text in train[column])
             return fit_tokenizer(
                 config["kind"], texts, config["vocab_size"], config["min_frequency"]
