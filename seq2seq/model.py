@@ -22,7 +22,8 @@ import torch
 from torch import Tensor, nn
 
 from seq2seq import checks
-from seq2seq.attention import CrossAttention, KVCache, MultiHeadAttention
+from seq2seq.attention import CrossAttention, MultiHeadAttention
+from seq2seq.kv_cache import KVCache
 
 __all__ = ["DecoderCache", "ModelConfig", "Seq2SeqTransformer"]
 

@@ -275,6 +275,9 @@ class Seq2SeqModule(L.LightningModule):
             log.info("BLEU and chrF are sacreBLEU's: BLEU %s; chrF %s", sig["bleu"], sig["chrf"])
         self._signatures_logged = True
 
+    def on_validation_epoch_start(self) -> None:
+        self._val_decoded = 0  # val_decode_limit counts from each validation's start
+
     def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
         self._eval_step("val", batch, batch_idx)
 
@@ -284,8 +287,6 @@ class Seq2SeqModule(L.LightningModule):
     def _eval_step(self, stage: str, batch: dict[str, Tensor], batch_idx: int) -> None:
         self._update(stage, batch)
         limit = self.hparams.val_decode_limit
-        if stage == "val" and batch_idx == 0:
-            self._val_decoded = 0
         if stage == "val" and limit is not None and self._val_decoded >= limit:
             return
         beam = self.decoding.beam_size if stage == "test" else 1

@@ -122,6 +122,27 @@ def test_checkpoint_alone_reproduces_the_test_exact_match(
     assert torch.cat(matches).mean().item() == pytest.approx(summary["test"]["test/exact_match"])
 
 
+def test_each_validation_decodes_its_first_val_decode_limit_examples(
+    trained: tuple[dict, DictConfig], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import lightning as L
+
+    summary, cfg = trained
+    module = Seq2SeqModule.load_from_checkpoint(summary["best_checkpoint"])
+    module.hparams.val_decode_limit = 40  # batches of 64: the first batch alone is decoded
+    decoded: list[int] = []
+    generate = module.generate
+    monkeypatch.setattr(
+        module, "generate", lambda src, b=1: decoded.append(len(src)) or generate(src, b)
+    )
+    trainer = L.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        limit_val_batches=3, enable_model_summary=False)  # fmt: skip
+    datamodule = instantiate(cfg.data)
+    for _ in range(2):  # the limit counts from each validation's start
+        trainer.validate(module, datamodule=datamodule, verbose=False)
+    assert decoded == [64, 64]
+
+
 def test_learning_rate_warms_up_then_decays(trained: tuple[dict, DictConfig]) -> None:
     _, cfg = trained
     with open(Path(cfg.paths.output_dir) / "csv" / "version_0" / "metrics.csv") as f:
