@@ -75,6 +75,37 @@ def gather_texts(rows: list[TextRow], world_size: int, keep: int | None = None) 
     return rows[:keep] if keep is not None else rows
 
 
+class EpochTexts:
+    """One validation's or test's decoded texts: added batch by batch as TextRows, then taken
+    whole, gathered from every process in the split's order (and emptied for the next epoch).
+
+    Sources are decoded only where asked (the test split's files): validation has no use for
+    them.
+    """
+
+    def __init__(self, src_vocab: Any, tgt_vocab: Any, with_sources: bool) -> None:
+        self.src_vocab, self.tgt_vocab, self.with_sources = src_vocab, tgt_vocab, with_sources
+        self.rows: list[TextRow] = []
+
+    def add(self, src: Tensor, labels: Tensor, predictions: Tensor) -> tuple[list, list]:
+        """Decode a batch; returns its hypotheses and references (for the text metrics)."""
+        hypotheses = [self.tgt_vocab.decode(row) for row in predictions.tolist()]
+        references = [self.tgt_vocab.decode(row) for row in labels.tolist()]
+        sources = (
+            [self.src_vocab.decode(row) for row in src.tolist()]
+            if self.with_sources
+            else [""] * len(hypotheses)
+        )
+        ended = (predictions == self.tgt_vocab.eos_id).any(1).tolist()  # False: cut off
+        self.rows.extend(zip(hypotheses, references, sources, ended, strict=True))
+        return hypotheses, references
+
+    def take(self, world_size: int, keep: int | None = None) -> list[TextRow]:
+        """Every process's rows in the split's order (see gather_texts); empties this."""
+        rows, self.rows = self.rows, []
+        return gather_texts(rows, world_size, keep)
+
+
 def write_test_texts(run_dir: Path, rows: Sequence[TextRow]) -> None:
     """test_hypotheses.txt, test_references.txt and test_sources.txt in run_dir, one line a
     pair in the test split's order, for `python -m seq2seq.score`."""

@@ -30,7 +30,7 @@ from seq2seq.curves import TIME
 from seq2seq.data.tokenizer import tokenizer_from_dict
 from seq2seq.decoding import DecodingConfig, generate
 from seq2seq.doctor import Doctor
-from seq2seq.metrics import TextRow, exact_match, gather_texts, stage_metrics, write_test_texts
+from seq2seq.metrics import EpochTexts, exact_match, stage_metrics, write_test_texts
 from seq2seq.model import ModelConfig, Seq2SeqTransformer
 from seq2seq.optim import SCHEDULES, adamw_with_schedule
 from seq2seq.score import BLEU_TOKENIZERS, corpus_scores, signatures
@@ -135,7 +135,10 @@ class Seq2SeqModule(L.LightningModule):
         # The composed run config, set by train.py and saved in every checkpoint for inspect.
         self.run_config: dict[str, Any] | None = None
         # The decoded texts of the current validation and test epochs, for BLEU and chrF.
-        self._texts: dict[str, list[TextRow]] = {"val": [], "test": []}
+        self._texts = {
+            "val": EpochTexts(self.src_vocab, self.tgt_vocab, with_sources=False),
+            "test": EpochTexts(self.src_vocab, self.tgt_vocab, with_sources=True),
+        }
         self.doctor = Doctor()  # degenerate outputs at each validation, in the log and metrics
         self._train_seconds = 0.0  # training time of earlier starts (a resumed run)
         self._rng_to_restore: dict[str, Any] = {}  # a resumed run's, at its first batch
@@ -296,17 +299,8 @@ class Seq2SeqModule(L.LightningModule):
         metrics[f"{stage}/exact_match"].update(
             exact_match(predictions, batch["labels"], v.pad_id, v.eos_id)
         )
-        hypotheses = [self.tgt_vocab.decode(row) for row in predictions.tolist()]
-        references = [self.tgt_vocab.decode(row) for row in batch["labels"].tolist()]
-        metrics[f"{stage}/cer"].update(hypotheses, references)
-        # Sources only for the test split's files: validation has no use for them.
-        sources = (
-            [self.src_vocab.decode(row) for row in batch["src"].tolist()]
-            if stage == "test"
-            else [""] * len(hypotheses)
-        )
-        ended = (predictions == v.eos_id).any(1).tolist()  # False: cut at the length limit
-        self._texts[stage].extend(zip(hypotheses, references, sources, ended, strict=True))
+        texts = self._texts[stage].add(batch["src"], batch["labels"], predictions)
+        metrics[f"{stage}/cer"].update(*texts)
         if stage == "val":
             self._val_decoded += batch["src"].size(0)
             if batch_idx == 0:
@@ -335,10 +329,8 @@ class Seq2SeqModule(L.LightningModule):
         values = metrics.compute()
         metrics.reset()
         if stage != "train":
-            # Every process's texts, in the split's order; cleared for the next epoch.
-            rows, self._texts[stage] = self._texts[stage], []
             keep = len(self.trainer.test_dataloaders.dataset) if stage == "test" else None
-            rows = gather_texts(rows, self.trainer.world_size, keep)
+            rows = self._texts[stage].take(self.trainer.world_size, keep)
             if rows:
                 hypotheses, references, _, ended = zip(*rows, strict=True)
                 scores = corpus_scores(hypotheses, references, self.hparams.bleu_tokenize)
