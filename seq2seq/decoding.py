@@ -83,21 +83,24 @@ def generate(
     return tokens[:, 0]
 
 
+def _never_outputs(model: Seq2SeqTransformer, device: torch.device) -> Tensor:
+    """The ids of <pad> and <bos>: never outputs, so they get -inf (fairseq does the same). A
+    generated <pad> would be masked out of the decoder's own input at the next step, and a
+    CTranslate2 export, which knows no padding token, would read it as a word."""
+    return torch.tensor([model.config.pad_id, model.config.bos_id], device=device)
+
+
 def _next_token_logits(
     model: Seq2SeqTransformer,
     step_input: Tensor,
     memory: Tensor,
     memory_keep: Tensor,
     cache: DecoderCache | None,
+    never: Tensor,
 ) -> Tensor:
-    """(B, V) logits of the next token after step_input's last position.
-
-    <pad> and <bos> are never outputs, so they get -inf (fairseq does the same): a generated
-    <pad> would be masked out of the decoder's own input at the next step, and a CTranslate2
-    export, which knows no padding token, would read it as a word.
-    """
+    """(B, V) logits of the next token after step_input's last position, the ids in never
+    (_never_outputs) ruled out."""
     logits = model.decode(step_input, memory, memory_keep, cache, last_only=True)[:, -1]
-    never = torch.tensor([model.config.pad_id, model.config.bos_id], device=logits.device)
     return logits.index_fill(-1, never, float("-inf"))
 
 
@@ -112,6 +115,7 @@ def _token_by_token(
     cfg = model.config
     memory, memory_keep = model.encode(src), model.keep_mask(src)
     cache = model.new_cache() if use_cache else None
+    never = _never_outputs(model, src.device)
     prefix = torch.full((src.size(0), 1), cfg.bos_id, dtype=torch.long, device=src.device)
     finished = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
     for _ in range(max_len):
@@ -119,7 +123,7 @@ def _token_by_token(
         # Only the newest position's logits, with or without the cache: the uncached reference
         # then re-runs the decoder over the prefix, as a naive loop would, but not the output
         # projection of positions it has already decided.
-        logits = _next_token_logits(model, step_input, memory, memory_keep, cache)
+        logits = _next_token_logits(model, step_input, memory, memory_keep, cache, never)
         token = pick(logits).masked_fill(finished, cfg.pad_id)
         prefix = torch.cat([prefix, token[:, None]], dim=1)
         finished |= token == cfg.eos_id
@@ -225,7 +229,7 @@ def beam_search(
     b, k, device = src.size(0), beam_size, src.device
     memory = model.encode(src).repeat_interleave(k, dim=0)  # (B*K, S, D)
     memory_keep = model.keep_mask(src).repeat_interleave(k, dim=0)
-    cache = model.new_cache()
+    cache, never = model.new_cache(), _never_outputs(model, device)
 
     tokens = torch.full((b * k, 1), cfg.bos_id, dtype=torch.long, device=device)
     log_prob = torch.full((b, k), float("-inf"), device=device)
@@ -235,7 +239,10 @@ def beam_search(
     offsets = (torch.arange(b, device=device) * k)[:, None]  # (B, 1)
 
     for _ in range(max_len):
-        logits = _next_token_logits(model, tokens[:, -1:], memory, memory_keep, cache)  # (B*K, V)
+        step_input = tokens[:, -1:]
+        logits = _next_token_logits(
+            model, step_input, memory, memory_keep, cache, never
+        )  # (B*K, V)
         step = logits.float().log_softmax(-1).view(b, k, -1)  # (B, K, V)
         vocab = step.size(-1)
         # A finished beam can only continue with padding, at no cost.

@@ -43,8 +43,6 @@ class ExportedModel:
         ctranslate2 = import_ctranslate2()
         path = Path(path)
         about = read_export(path)
-        self.path = path
-        self.about = about
         self.src_vocab = load_tokenizer(path / "src_tokenizer.json")
         self.tgt_vocab = load_tokenizer(path / "tgt_tokenizer.json")
         self.max_positions: int = about["model"]["max_positions"]
@@ -69,8 +67,8 @@ class ExportedModel:
     def generate(self, rows: list[list[int]], max_len: int, args: Namespace) -> list[list[tuple]]:
         """Per source row of token ids, a list of (score, token ids) pairs, best first.
 
-        args holds translate's search settings: beam, n_best, length_penalty (None: the
-        export's default), sample, temperature, top_k (0: all), top_p.
+        args holds translate's search settings: beam, n_best, length_penalty, sample,
+        temperature, top_k (0: all), top_p.
         """
         source = [[self._src_tokens[i] for i in row] for row in rows]
         options: dict[str, Any] = {
@@ -85,10 +83,9 @@ class ExportedModel:
                 sampling_temperature=args.temperature,
             )  # fmt: skip
         else:
-            penalty = args.length_penalty
             options.update(
                 beam_size=args.beam, num_hypotheses=args.n_best,
-                length_penalty=self.decoding.length_penalty if penalty is None else penalty,
+                length_penalty=args.length_penalty,
             )  # fmt: skip
         results = self.translator.translate_batch(source, **options)
         return [

@@ -134,7 +134,8 @@ class CheckpointModel:
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
 
     def generate(self, rows: list[list[int]], max_len: int, args: argparse.Namespace) -> list:
-        """Per source row of token ids, a list of (score, token ids) pairs, best first."""
+        """Per source row of token ids, a list of (score, token ids) pairs, best first; args:
+        translate's search settings (length_penalty resolved)."""
         model, src = self.module.model, pad(rows, self.src_vocab.pad_id, self.device)
         if args.sample:
             out = sample_decode(
@@ -143,9 +144,9 @@ class CheckpointModel:
             return [[(float("nan"), row)] for row in out.tolist()]
         if args.beam == 1:
             return [[(float("nan"), row)] for row in greedy_decode(model, src, max_len).tolist()]
-        penalty = args.length_penalty
-        penalty = self.decoding.length_penalty if penalty is None else penalty
-        tokens, scores = beam_search(model, src, max_len, args.beam, penalty, args.n_best)
+        tokens, scores = beam_search(
+            model, src, max_len, args.beam, args.length_penalty, args.n_best
+        )
         return [
             list(zip(s, t, strict=True))
             for s, t in zip(scores.tolist(), tokens.tolist(), strict=True)
@@ -177,6 +178,8 @@ def translate(args: argparse.Namespace) -> list[str]:
                 file=sys.stderr,
             )
     decoding: DecodingConfig = model.decoding
+    if args.length_penalty is None:  # the model's own (model.length_penalty when trained)
+        args = argparse.Namespace(**{**vars(args), "length_penalty": decoding.length_penalty})
     results: dict[int, list[tuple]] = {}
     for batch in batches(encoded, args.batch_size):
         rows = [item.ids for item in batch]

@@ -12,9 +12,9 @@ from __future__ import annotations
 import io
 import json
 import sys
+from argparse import Namespace
 from pathlib import Path
 
-import ctranslate2  # the dev extra installs it (CI too): these tests never skip silently
 import pytest
 import torch
 from helpers import compose_train
@@ -23,7 +23,8 @@ from seq2seq import export as export_cli
 from seq2seq import translate as translate_cli
 from seq2seq.checkpoint import load_module
 from seq2seq.decoding import beam_search, greedy_decode
-from seq2seq.export import export, token_strings, write_export
+from seq2seq.export import export, write_export
+from seq2seq.exported import ExportedModel
 from seq2seq.module import Seq2SeqModule
 from train import train
 
@@ -94,32 +95,18 @@ def forced_score(module, src: list[int], hyp: list[int], penalty: float, ended: 
     return log_prob.item() / len(target) ** penalty
 
 
-def ct2_translate(translator, module, rows, beam_size: int = 1, **options) -> list:
-    """CTranslate2's search on rows of our token ids; (score, ids) per hypothesis, as ours."""
-    tokens, ids = token_strings(module.src_vocab), token_strings(module.tgt_vocab)
-    back = {token: i for i, token in enumerate(ids)}
-    results = translator.translate_batch(
-        [[tokens[i] for i in row] for row in rows],
-        beam_size=beam_size,
-        min_decoding_length=0,
-        return_scores=True,
-        **options,
-    )
-    return [
-        [(score, [back[t] for t in hyp]) for score, hyp in zip(r.scores, r.hypotheses, strict=True)]
-        for r in results
-    ]
+def ct2_translate(
+    directory: Path, rows: list, max_len: int, beam: int = 1, n_best: int = 1, penalty=1.0
+) -> list:
+    """CTranslate2's search on rows of our token ids through translate's --model path
+    (ExportedModel, 2 threads): (score, ids) per hypothesis, best first, as ours."""
+    search = Namespace(sample=False, beam=beam, n_best=n_best, length_penalty=penalty)
+    return ExportedModel(directory, threads=2).generate(rows, max_len, search)
 
 
 def strip(row: list[int], eos: int) -> list[int]:
     """Our output row as CTranslate2 gives it: the tokens before EOS, without padding."""
     return [t for t in (row[: row.index(eos)] if eos in row else row) if t != 0]
-
-
-def loaded(kind: str, checkpoints: dict, exports: dict) -> tuple:
-    """Our module of that kind, and CTranslate2 on its export (2 threads, as this machine)."""
-    translator = ctranslate2.Translator(str(exports[kind]), intra_threads=2)
-    return load_module(checkpoints[kind]), translator
 
 
 @pytest.fixture(scope="module")
@@ -134,9 +121,9 @@ KIND_NAMES = ["copy", "char", "bpe", "post_norm", "learned_positions"]
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", KIND_NAMES)
 def test_greedy_outputs_equal_ours_token_for_token(kind, checkpoints, exports) -> None:
-    module, translator = loaded(kind, checkpoints, exports)
+    module = load_module(checkpoints[kind])
     rows = text_sources(module, kind, 300)
-    theirs = ct2_translate(translator, module, rows, max_decoding_length=64)
+    theirs = ct2_translate(exports[kind], rows, max_len=64)
     differ, nonempty = [], 0
     for batch in range(0, len(rows), 50):
         part = rows[batch : batch + 50]
@@ -155,13 +142,10 @@ def test_greedy_outputs_equal_ours_token_for_token(kind, checkpoints, exports) -
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", KIND_NAMES)
 def test_beam_scores_are_our_models_and_top_outputs_agree(kind, checkpoints, exports) -> None:
-    module, translator = loaded(kind, checkpoints, exports)
+    module = load_module(checkpoints[kind])
     rows = text_sources(module, kind, 100)
     penalty, max_len = 0.6, 64
-    theirs = ct2_translate(
-        translator, module, rows, beam_size=4, num_hypotheses=4, length_penalty=penalty,
-        max_decoding_length=max_len,
-    )  # fmt: skip
+    theirs = ct2_translate(exports[kind], rows, max_len, beam=4, n_best=4, penalty=penalty)
     same_top = 0
     for row, hyps in zip(rows, theirs, strict=True):
         for score, hyp in hyps:  # the same model: our score of their hypothesis is theirs
@@ -242,10 +226,7 @@ def test_int8_export_loads_and_mostly_agrees(checkpoints, exports, tmp_path, cap
     assert (out / "model.bin").stat().st_size < (exports["char"] / "model.bin").stat().st_size / 2
     module = load_module(checkpoints["char"])
     rows = text_sources(module, "char", 100)
-    int8 = ct2_translate(ctranslate2.Translator(str(out)), module, rows, max_decoding_length=64)
-    full = ct2_translate(
-        ctranslate2.Translator(str(exports["char"])), module, rows, max_decoding_length=64
-    )
+    int8, full = (ct2_translate(path, rows, max_len=64) for path in (out, exports["char"]))
     agree = sum(a[0][1] == b[0][1] for a, b in zip(int8, full, strict=True))
     assert agree >= 60, f"int8 agrees with float32 on {agree} of 100"  # reported, not equal
 
@@ -274,7 +255,7 @@ def test_heads_narrower_than_d_model_over_heads_export_exactly(tmp_path) -> None
     out = export(ckpt, tmp_path / "narrow")
     module = load_module(ckpt)
     rows = sources(module, 50)
-    theirs = ct2_translate(ctranslate2.Translator(str(out)), module, rows, max_decoding_length=12)
+    theirs = ct2_translate(out, rows, max_len=12)
     for row, hyps in zip(rows, theirs, strict=True):
         ours = greedy_decode(module.model, torch.tensor([row]), 12)[0].tolist()
         assert strip(ours, module.config.eos_id) == hyps[0][1]
