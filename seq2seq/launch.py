@@ -46,6 +46,17 @@ OmegaConf.register_new_resolver(
 )
 
 
+# Settings that moved, for command lines written before: the symbol tasks (copy, reverse,
+# sort) had their own data module with flat settings; they are a corpus like the others now.
+MOVED = {
+    "data.task": "data.corpus.task",
+    "data.num_symbols": "data.corpus.num_symbols",
+    "data.min_len": "data.corpus.min_length",
+    "data.max_len": "data.corpus.max_length",
+    "data.train_size": "data.corpus.train_size",
+}
+
+
 def root_cause(error: BaseException) -> BaseException:
     """The error inside Hydra's InstantiationException wrappers (a data module's ValueError)."""
     while isinstance(error, InstantiationException) and error.__cause__ is not None:
@@ -92,6 +103,8 @@ def command_line_error(overrides: list[str], config_dir: Path) -> str | None:
         message = str(error)
         if message.startswith("Could not override '"):
             key = message.split("'")[1]
+            if key in MOVED:
+                return f"{key} is now {MOVED[key]}: write {MOVED[key]}=... instead"
             return (
                 f"{key} is not a setting of this config; check the spelling "
                 f"(python train.py --cfg job lists them), or add a new key with +{key}=..."

@@ -32,10 +32,10 @@ def trained(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> tuple[d
 
     tmp_path = tmp_path_factory.mktemp("copy_run")
     overrides = [
-        "data.max_len=6",
-        "data.train_size=4000",
-        "data.val_size=200",
-        "data.test_size=500",
+        "data.corpus.max_length=6",
+        "data.corpus.train_size=4000",
+        "data.corpus.val_size=200",
+        "data.corpus.test_size=500",
         "trainer.max_epochs=6",
         # The tiny model's recipe of before the defaults were tuned for `python train.py`'s
         # 408 steps: on this smaller, repeated data 5e-3 ends at 97.8% exact match.

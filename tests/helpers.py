@@ -33,11 +33,8 @@ SYNTHETIC = ("copy", "reverse", "sort")
 
 def small_data(option: str, tmp_path: Path) -> list[str]:
     """Overrides that make data option `option` small enough for a test run."""
-    if option in SYNTHETIC:
-        return ["data.train_size=256", "data.val_size=32", "data.test_size=32"]
-    if option in ("numbers", "dates"):
-        sizes = ["train_size=256", "val_size=32", "test_size=32"]
-        return [f"data.corpus.{size}" for size in sizes]
+    if option in (*SYNTHETIC, "numbers", "dates"):  # generated: the corpus has the sizes
+        return ["data.corpus.train_size=256", "data.corpus.val_size=32", "data.corpus.test_size=32"]
     if option == "parallel_files":
         path = tmp_path / "pairs.tsv"
         rows = [f"{i} {i + 1}\t{i + 1} {i}" for i in range(300)]

@@ -61,7 +61,8 @@ def test_an_averaged_checkpoint_loads_in_translate_inspect_and_evaluation(
     assert capsys.readouterr().out.splitlines() == ["3 1 4", "2 7"]  # both copy; so does the mean
     assert inspect_cli.main([str(out), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["has_optimizer_state"] is False
-    data = [f"data.{k}={cfg.data[k]}" for k in ("max_len", "train_size", "val_size", "test_size")]
+    sizes = ("max_length", "train_size", "val_size", "test_size")
+    data = [f"data.corpus.{k}={cfg.data.corpus[k]}" for k in sizes]
     evaluation = train(
         compose_train(tmp_path, data_dir, ["train=false", f"ckpt_path={out}", *data])
     )
@@ -71,7 +72,12 @@ def test_an_averaged_checkpoint_loads_in_translate_inspect_and_evaluation(
 def test_a_run_with_average_last_tests_the_average_of_its_last_validations(
     tmp_path: Path, data_dir: Path
 ) -> None:
-    overrides = ["data.train_size=512", "data.val_size=64", "data.test_size=64", "logger=none"]
+    overrides = [
+        "data.corpus.train_size=512",
+        "data.corpus.val_size=64",
+        "data.corpus.test_size=64",
+        "logger=none",
+    ]
     overrides += ["trainer.max_epochs=4", "average_last=3"]
     summary = train(compose_train(tmp_path, data_dir, overrides))
     checkpoints = Path(summary["run_dir"]) / "checkpoints"

@@ -17,7 +17,12 @@ from seq2seq import translate as translate_cli
 from seq2seq.launch import root_cause
 from train import train
 
-SMALL = ["data.train_size=256", "data.val_size=32", "data.test_size=32", "logger=none"]
+SMALL = [
+    "data.corpus.train_size=256",
+    "data.corpus.val_size=32",
+    "data.corpus.test_size=32",
+    "logger=none",
+]
 
 
 # --- the command line: one line, exit code 1, nothing written -------------------------------
@@ -26,6 +31,10 @@ CLI_ROWS = [
     (["model=hueg"], "model=hueg is not an option of model; choose one of: base, small, tiny"),
     (["experiment=nope"], "experiment=nope is not an option of experiment; choose one of:"),
     (["model.lrr=1"], "model.lrr is not a setting"),
+    (
+        ["data.max_len=5"],
+        "data.max_len is now data.corpus.max_length: write data.corpus.max_length=... instead",
+    ),  # a command line from before the symbol corpus
     (["model.lr=abc"], "model.lr must be a positive number, got 'abc'"),
     (["data.batch_size=0"], "data.batch_size must be a positive integer, got 0"),
     (["trainer.max_epochs=[1"], "cannot parse the override 'trainer.max_epochs=[1'"),
@@ -110,8 +119,17 @@ CONFIG_ROWS = [
     (["data.batch_size=abc"], "data.batch_size must be a positive integer, got 'abc'"),
     (["average_last=-1"], "average_last must be an integer >= 0, got -1"),
     (["data.num_workers=-1"], "data.num_workers must be an integer >= 0, got -1"),
-    (["data.num_symbols=1"], "num_symbols must be at least 2, got 1"),
-    (["data.task=hueg"], "unknown task 'hueg'"),
+    (["data.corpus.num_symbols=1"], "data.corpus.num_symbols must be at least 2, got 1"),
+    (["data.corpus.task=hueg"], "unknown data.corpus.task 'hueg'"),
+    (
+        ["data.tokenizer={kind:bpe}"],
+        "data.tokenizer does not apply to SymbolTask, whose "
+        "tokenizers are fixed: set data.tokenizer=null",
+    ),
+    (
+        ["data=numbers", "data.tokenizer=null"],
+        "data.tokenizer is null, but NumberWords needs one fitted: give data.tokenizer.kind",
+    ),
     (["data=numbers", "data.tokenizer.kind=chars"], "data.tokenizer.kind must be one of"),
     (["data=numbers", "data.corpus.src_lang=xx"], "src_lang='xx' is not a num2words language"),
     (["data=parallel_files"], "data.corpus.train needs files"),

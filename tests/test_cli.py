@@ -116,7 +116,13 @@ def test_translate_too_long_input_fails_or_is_cut(trained: Trained, capsys) -> N
 def test_inspect_report_in_a_subprocess(trained: Trained) -> None:
     result = run_module("seq2seq.inspect", ckpt(trained))
     assert result.returncode == 0, result.stderr
-    for part in ("parameters", "model config", "run config", "data.task = copy", "optimizer"):
+    for part in (
+        "parameters",
+        "model config",
+        "run config",
+        "data.corpus.task = copy",
+        "optimizer",
+    ):
         assert part in result.stdout
 
 
@@ -135,7 +141,7 @@ def test_inspect_json_has_everything(trained: Trained, capsys) -> None:
     assert info["tokenizer"] == {"kind": "symbol", "src_vocab_size": 14, "tgt_vocab_size": 14}
     assert info["best_metric"]["val/exact_match"] > 0.9
     assert "val/exact_match" in info["last_metrics"]
-    assert info["run_config"]["data"]["task"] == "copy"
+    assert info["run_config"]["data"]["corpus"]["task"] == "copy"
     assert info["file_size_bytes"] == Path(ckpt(trained)).stat().st_size
 
 
@@ -255,7 +261,8 @@ def test_train_false_evaluates_a_checkpoint(
     trained: Trained, tmp_path: Path, data_dir: Path
 ) -> None:
     summary, cfg = trained
-    data = [f"data.{k}={cfg.data[k]}" for k in ("max_len", "train_size", "val_size", "test_size")]
+    sizes = ("max_length", "train_size", "val_size", "test_size")
+    data = [f"data.corpus.{k}={cfg.data.corpus[k]}" for k in sizes]
     for beam in (1, 3):
         overrides = ["train=false", f"ckpt_path={summary['best_checkpoint']}", *data]
         evaluation = train(

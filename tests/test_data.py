@@ -1,4 +1,4 @@
-"""Synthetic tasks, the vocabulary, batching and the data module's cache."""
+"""The symbol tasks, the vocabulary, batching and the data module's cache."""
 
 from __future__ import annotations
 
@@ -7,25 +7,26 @@ from pathlib import Path
 import pytest
 import torch
 
-from seq2seq.data import SyntheticDataModule, Vocabulary, collate
-from seq2seq.data.synthetic import generate
+from seq2seq.data import TranslationDataModule, Vocabulary, collate
+from seq2seq.data.corpora import SymbolTask
+from seq2seq.data.corpora.symbols import TASKS, generate
 
 
-def make_datamodule(data_dir: Path, **overrides) -> SyntheticDataModule:
+def make_datamodule(data_dir: Path, batch_size: int = 16, **overrides) -> TranslationDataModule:
+    """The reverse task's data module as configs/data/reverse.yaml makes it."""
     args = dict(
-        task="reverse",
-        num_symbols=10,
-        min_len=1,
-        max_len=6,
-        train_size=300,
-        val_size=40,
-        test_size=60,
-        seed=3,
-        batch_size=16,
+        task="reverse", num_symbols=10, min_length=1, max_length=6, train_size=300,
+        val_size=40, test_size=60, seed=3,
+    )  # fmt: skip
+    return TranslationDataModule(
+        corpus=SymbolTask(**{**args, **overrides}),
+        tokenizer=None,
+        max_length=6,
+        batch_size=batch_size,
         num_workers=0,
         data_dir=str(data_dir),
+        bucket=False,
     )
-    return SyntheticDataModule(**{**args, **overrides})
 
 
 def test_vocabulary_round_trip_and_specials() -> None:
@@ -52,14 +53,12 @@ def test_collate_shifts_the_target_and_pads() -> None:
     ("task", "expected"), [("copy", "3 9 4"), ("reverse", "4 9 3"), ("sort", "3 4 9")]
 )
 def test_tasks_map_source_to_target(task: str, expected: str) -> None:
-    from seq2seq.data.synthetic import TASKS
-
     assert " ".join(map(str, TASKS[task]([3, 9, 4]))) == expected
 
 
 def splits(**kwargs) -> dict[str, list[dict[str, str]]]:
     args = dict(
-        task="sort", num_symbols=5, min_len=1, max_len=4, train_size=500, val_size=30,
+        task="sort", num_symbols=5, min_length=1, max_length=4, train_size=500, val_size=30,
         test_size=50, seed=1,
     )  # fmt: skip
     return {
@@ -82,16 +81,18 @@ def test_generation_is_seeded_and_held_out_sequences_stay_out_of_training() -> N
 
 
 def test_impossible_held_out_sizes_fail_clearly(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match=r"val_size \+ data.test_size = 100 exceeds the 3"):
-        make_datamodule(tmp_path, num_symbols=2, min_len=1, max_len=2, val_size=50, test_size=50)
+    with pytest.raises(ValueError, match=r"val_size \+ test_size = 100 exceeds the 3"):
+        make_datamodule(
+            tmp_path, num_symbols=2, min_length=1, max_length=2, val_size=50, test_size=50
+        )
 
 
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        ({"task": "hueg"}, "unknown task 'hueg'; choose one of"),
+        ({"task": "hueg"}, "unknown data.corpus.task 'hueg'; choose one of"),
         ({"batch_size": 0}, "batch_size must be a positive integer, got 0"),
-        ({"min_len": 5, "max_len": 2}, "min_len=5 and max_len=2"),
+        ({"min_length": 5, "max_length": 2}, "min_length=5 and max_length=2"),
         ({"train_size": 0}, "train_size must be a positive integer, got 0"),
     ],
 )

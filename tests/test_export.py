@@ -29,7 +29,12 @@ from seq2seq.module import Seq2SeqModule
 from train import train
 
 BRIEF = ["trainer.max_epochs=2", "test=false", "average_last=0"]
-COPY = ["data.max_len=8", "data.train_size=2000", "data.val_size=32", "data.test_size=32"]
+COPY = [
+    "data.corpus.max_length=8",
+    "data.corpus.train_size=2000",
+    "data.corpus.val_size=32",
+    "data.corpus.test_size=32",
+]
 
 # Overrides of train.yaml per kind (each run is a few seconds on 2 cores).
 KINDS: dict[str, list[str]] = {

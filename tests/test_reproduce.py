@@ -15,9 +15,9 @@ from seq2seq.score import signatures
 from train import train
 
 QUICK = [
-    "data.train_size=512",
-    "data.val_size=64",
-    "data.test_size=64",
+    "data.corpus.train_size=512",
+    "data.corpus.val_size=64",
+    "data.corpus.test_size=64",
     "trainer.max_epochs=2",
     "trainer.log_every_n_steps=1",
     "model.net.dropout=0.1",  # dropout draws random numbers too: they must repeat

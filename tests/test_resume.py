@@ -19,9 +19,9 @@ from train import train
 
 # 1024 examples in batches of 32: 32 steps an epoch, 96 in all; last.ckpt every 5 steps.
 RUN = [
-    "data.train_size=1024",
-    "data.val_size=64",
-    "data.test_size=64",
+    "data.corpus.train_size=1024",
+    "data.corpus.val_size=64",
+    "data.corpus.test_size=64",
     "data.batch_size=32",
     "trainer.max_epochs=3",
     "trainer.log_every_n_steps=1",

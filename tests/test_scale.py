@@ -17,9 +17,14 @@ from hydra.utils import instantiate
 
 from train import train
 
-SMALL = ["data.train_size=256", "data.val_size=32", "data.test_size=32"]
+SMALL = ["data.corpus.train_size=256", "data.corpus.val_size=32", "data.corpus.test_size=32"]
 # Enough training that both runs learn most of the task: ~10 s each on 2 cores.
-LEARN = ["data.max_len=5", "data.train_size=2000", "data.val_size=100", "data.test_size=200"]
+LEARN = [
+    "data.corpus.max_length=5",
+    "data.corpus.train_size=2000",
+    "data.corpus.val_size=100",
+    "data.corpus.test_size=200",
+]
 LEARN += ["trainer.max_epochs=4", "logger=none"]
 
 

@@ -41,7 +41,7 @@ def test_a_run_writes_its_test_texts_and_reports_the_sacrebleu_of_them(
     hypotheses = (run_dir / "test_hypotheses.txt").read_text().splitlines()
     references = (run_dir / "test_references.txt").read_text().splitlines()
     sources = (run_dir / "test_sources.txt").read_text().splitlines()
-    assert len(hypotheses) == len(references) == len(sources) == cfg.data.test_size
+    assert len(hypotheses) == len(references) == len(sources) == cfg.data.corpus.test_size
     assert references == sources  # the copy task, in the test split's order
     exact = sum(map(str.__eq__, hypotheses, references)) / len(references)
     assert summary["test"]["test/exact_match"] == pytest.approx(exact)

@@ -29,7 +29,7 @@ GROUPS = {
     group: sorted(p.stem for p in (CONFIG_DIR / group).glob("*.yaml"))
     for group in ("data", "model", "trainer", "callbacks", "logger", "experiment", "debug")
 }
-SMALL_DATA = ["data.train_size=256", "data.val_size=32", "data.test_size=32"]
+SMALL_DATA = ["data.corpus.train_size=256", "data.corpus.val_size=32", "data.corpus.test_size=32"]
 
 
 def test_config_groups_are_complete() -> None:
@@ -291,7 +291,7 @@ def test_a_time_budget_ends_the_schedule_and_leaves_time_to_validate_and_test(
 ) -> None:
     budget = 12
     overrides = [
-        "data.train_size=2000", "data.val_size=200", "data.test_size=200",
+        "data.corpus.train_size=2000", "data.corpus.val_size=200", "data.corpus.test_size=200",
         f"trainer.max_time=00:00:00:{budget}", "trainer.max_epochs=-1",
         "trainer.log_every_n_steps=1", "model.schedule=cosine", "model.min_lr_ratio=0.1",
     ]  # fmt: skip

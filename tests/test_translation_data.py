@@ -350,8 +350,15 @@ def test_given_splits_that_share_sources_with_training_are_counted(tmp_path: Pat
     corpus = ParallelFiles(train={"file": str(train)}, validation={"file": str(held)},
                            test={"file": str(held)})  # fmt: skip
     with caplog.at_level(logging.WARNING):
-        hygiene_datamodule(tmp_path, [], corpus=corpus).setup("fit")
+        hygiene_datamodule(tmp_path, [], corpus=corpus, val_size=None, test_size=None).setup("fit")
     assert "test: 1 of 2 pairs have a source sentence that training also has" in caplog.text
+    # A split-off size for a split the corpus has would change nothing: refused, not ignored.
+    with pytest.raises(
+        ValueError,
+        match=r"^data.test_size=20 sizes a test split taken off the "
+        r"training data, but ParallelFiles has its own test split: drop",
+    ):
+        hygiene_datamodule(tmp_path, [], corpus=corpus, val_size=None).setup("fit")
 
 
 def test_lengths_are_reported_per_split(tmp_path: Path, caplog) -> None:

@@ -1,6 +1,6 @@
 """Data: corpora, tokenizers, and the LightningDataModules that batch them."""
 
-from seq2seq.data.datamodule import Seq2SeqDataModule, SyntheticDataModule, collate
+from seq2seq.data.datamodule import Seq2SeqDataModule, collate
 from seq2seq.data.tokenizer import fit_tokenizer, tokenizer_from_dict
 from seq2seq.data.translation import TranslationDataModule
 from seq2seq.data.vocab import CharVocabulary, Vocabulary
@@ -8,7 +8,6 @@ from seq2seq.data.vocab import CharVocabulary, Vocabulary
 __all__ = [
     "CharVocabulary",
     "Seq2SeqDataModule",
-    "SyntheticDataModule",
     "TranslationDataModule",
     "Vocabulary",
     "collate",

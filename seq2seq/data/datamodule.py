@@ -1,7 +1,8 @@
 """LightningDataModules: text pairs -> token ids (cached by HuggingFace datasets) -> batches.
 
-Seq2SeqDataModule holds what every task shares: tokenizing the splits, the shifted decoder
-input, dynamic padding and the loaders. A task supplies its text splits and vocabularies.
+Seq2SeqDataModule holds the batching: tokenizing the splits, the shifted decoder input,
+dynamic padding and the loaders. TranslationDataModule (translation.py), the data module of
+every task config, supplies the text splits and the tokenizers.
 """
 
 from __future__ import annotations
@@ -14,15 +15,13 @@ from typing import Any
 
 import lightning as L
 import torch
-from datasets import Dataset, DatasetDict
+from datasets import DatasetDict
 from torch import Tensor
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from seq2seq import checks
 from seq2seq.data.batching import BucketBatchSampler, EpochShuffle, InOrder
-from seq2seq.data.synthetic import SPLITS, check_held_out, check_task, generate
 from seq2seq.data.tokenizer import AnyTokenizer
-from seq2seq.data.vocab import Vocabulary
 
 log = logging.getLogger(__name__)
 
@@ -120,9 +119,9 @@ class Seq2SeqDataModule(L.LightningDataModule):
         raise NotImplementedError
 
     def tokenizers(self) -> tuple[AnyTokenizer, AnyTokenizer]:
-        """The source and target tokenizers, which size the model: a synthetic task's are
-        fixed; a translation task's are fitted on its training split, so asking for them
-        reads (or makes, once, into the cache) the data."""
+        """The source and target tokenizers, which size the model: a symbol task's are
+        fixed; the others' are fitted on the training split, so asking for them reads (or
+        makes, once, into the cache) the data."""
         if self.splits is None:
             self.prepare_data()
         return self.src_vocab, self.tgt_vocab
@@ -188,67 +187,3 @@ class Seq2SeqDataModule(L.LightningDataModule):
 
     def test_dataloader(self) -> StatefulDataLoader:
         return self._loader("test", shuffle=False)
-
-
-class SyntheticDataModule(Seq2SeqDataModule):
-    """Copy, reverse or sort sequences of symbols 0..num_symbols-1 (see data/synthetic.py).
-
-    Args:
-        task: "copy", "reverse" or "sort".
-        num_symbols: size of the symbol alphabet (the vocabulary adds 4 special tokens).
-        min_len, max_len: sequence lengths, drawn uniformly.
-        train_size, val_size, test_size: examples per split; validation and test sequences are
-            distinct and never occur in training.
-        seed: the data's seed; the same seed always gives the same data.
-        batch_size, num_workers, data_dir, pin_memory, bucket, max_tokens, pool_batches: as in
-            Seq2SeqDataModule.
-    """
-
-    def __init__(
-        self,
-        task: str,
-        num_symbols: int,
-        min_len: int,
-        max_len: int,
-        train_size: int,
-        val_size: int,
-        test_size: int,
-        seed: int,
-        batch_size: int,
-        num_workers: int,
-        data_dir: str,
-        pin_memory: bool = False,
-        bucket: bool = False,
-        max_tokens: int | None = None,
-        pool_batches: int = 50,
-    ) -> None:
-        super().__init__(
-            batch_size, num_workers, data_dir, pin_memory, bucket, max_tokens, pool_batches
-        )
-        sizes = {"train_size": train_size, "val_size": val_size, "test_size": test_size}
-        sizes |= {"num_symbols": num_symbols, "min_len": min_len, "max_len": max_len}
-        for name, size in sizes.items():
-            checks.integer(f"data.{name}", size, minimum=1)
-        check_task(task, num_symbols, min_len, max_len)
-        check_held_out(num_symbols, min_len, max_len, val_size + test_size)
-        self.task = task
-        self.generator_kwargs = dict(
-            task=task, num_symbols=num_symbols, min_len=min_len, max_len=max_len,
-            train_size=train_size, val_size=val_size, test_size=test_size, seed=seed,
-        )  # fmt: skip
-        self.max_length = max_len
-        self.src_vocab = self.tgt_vocab = Vocabulary(str(i) for i in range(num_symbols))
-
-    def load_splits(self) -> DatasetDict:
-        cache_dir = str(self.data_dir / "synthetic")
-        return DatasetDict(
-            {
-                split: Dataset.from_generator(
-                    generate,
-                    gen_kwargs={**self.generator_kwargs, "split": split},
-                    cache_dir=cache_dir,
-                    split=split,
-                )
-                for split in SPLITS
-            }
-        )

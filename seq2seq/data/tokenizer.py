@@ -6,7 +6,7 @@ ask which one they hold. The saved form is plain values (for words and BPE, the 
 library's JSON), so a checkpoint carries its tokenizers and loads with weights_only=True.
 
     kind    tokens                                   decode(encode(text)) == text
-    symbol  whitespace-separated symbols (synthetic)  up to whitespace
+    symbol  whitespace-separated symbols (copy, ...)  up to whitespace
     char    characters                               yes, for characters seen in training
     word    words and punctuation marks              up to spacing around punctuation
     bpe     byte-level BPE subwords                  yes, any Unicode text (no <unk> ever)

@@ -1,12 +1,13 @@
-"""The data module for translation: a corpus's text pairs -> fitted tokenizers -> batches.
+"""The data module of every task: a corpus's text pairs -> tokenizers -> batches.
 
-corpus.load()          text pairs per split (corpora.py), cached by datasets
+corpus.load()          text pairs per split (corpora/), cached by datasets
 drop empty pairs       counted in the log
 drop duplicate pairs   the same source and target twice in a split (dedupe), counted
 split off              validation / test the corpus lacks, from train, with the seed: all pairs
                        of one source sentence on one side (split_by=source) or pairs (pair)
 check overlap          sources of validation and test also in train: counted in the log
-fit tokenizers         on the training split (cached under data_dir/tokenizers)
+fit tokenizers         on the training split (cached under data_dir/tokenizers), unless the
+                       corpus brings its own (the symbol tasks)
 tokenize               ids and lengths, cached by datasets
 drop long pairs        longer than max_length tokens on either side, counted in the log
 report lengths         tokens per sentence and the target/source ratio, per split, in the log
@@ -37,6 +38,7 @@ from seq2seq.data.tokenizer import (
 log = logging.getLogger(__name__)
 
 SPLIT_BY = ("source", "pair")
+SPLIT_OFF = 1000  # pairs split off train for a validation or test split the corpus lacks
 
 
 def _non_empty(example: dict[str, str]) -> bool:
@@ -118,18 +120,51 @@ def _count_unknown(batch: dict[str, list], unk_id: int) -> dict[str, list[int]]:
     return {"unknown": [ids.count(unk_id) for ids in batch["src_ids"]]}
 
 
+def _tokenizer_config(tokenizer: dict[str, Any] | None, corpus: Any) -> dict[str, Any] | None:
+    """data.tokenizer with its defaults filled in; None for a corpus with its own tokenizers
+    (which a data.tokenizer setting would silently not change, so it is refused)."""
+    name = type(corpus).__name__
+    if hasattr(corpus, "tokenizers"):
+        if tokenizer is not None:
+            raise ValueError(
+                f"data.tokenizer does not apply to {name}, whose tokenizers are fixed: "
+                "set data.tokenizer=null"
+            )
+        return None
+    if tokenizer is None:
+        raise ValueError(
+            f"data.tokenizer is null, but {name} needs one fitted: give data.tokenizer.kind"
+        )
+    known = {"kind", "vocab_size", "min_frequency", "shared"}
+    unknown = sorted(set(tokenizer) - known)
+    if unknown:
+        raise ValueError(f"unknown data.tokenizer settings {unknown}; known: {sorted(known)}")
+    config = {
+        "kind": tokenizer.get("kind", "char"),
+        "vocab_size": tokenizer.get("vocab_size"),
+        "min_frequency": tokenizer.get("min_frequency", 1),
+        "shared": bool(tokenizer.get("shared", False)),
+    }
+    check_tokenizer_settings(config["kind"], config["vocab_size"], config["min_frequency"])
+    return config
+
+
 class TranslationDataModule(Seq2SeqDataModule):
-    """Translation pairs from a corpus, with tokenizers fitted on its training split.
+    """Text pairs from a corpus, with tokenizers fitted on its training split (or the
+    corpus's own).
 
     Args:
-        corpus: an object with load(data_dir) -> DatasetDict of "src"/"tgt" texts
-            (NumberWords, Dates, ParallelFiles, HubCorpus in corpora.py).
+        corpus: an object with load(data_dir) -> DatasetDict of "src"/"tgt" texts, and
+            optionally tokenizers() -> (source, target) (SymbolTask, NumberWords, Dates,
+            ParallelFiles, HubCorpus in corpora/).
         tokenizer: kind (char, word or bpe), vocab_size (null: every character, for char),
-            min_frequency, and shared (one tokenizer for both sides, fitted on both).
+            min_frequency, and shared (one tokenizer for both sides, fitted on both); null
+            for a corpus with its own tokenizers.
         max_length: most tokens on either side; longer pairs are dropped and counted, never
             cut.
         val_size, test_size: pairs split off the training data when the corpus has no
-            validation or test split.
+            validation or test split (null: 1000); refused for a split the corpus has, which
+            they would not change.
         seed: of that split.
         split_by: "source": a split-off validation or test split takes every pair of the
             source sentences it draws, so no source is in both training and test (a corpus
@@ -143,13 +178,13 @@ class TranslationDataModule(Seq2SeqDataModule):
     def __init__(
         self,
         corpus: Any,
-        tokenizer: dict[str, Any],
+        tokenizer: dict[str, Any] | None,
         max_length: int,
         batch_size: int,
         num_workers: int,
         data_dir: str,
-        val_size: int = 1000,
-        test_size: int = 1000,
+        val_size: int | None = None,
+        test_size: int | None = None,
         seed: int = 0,
         split_by: str = "source",
         dedupe: bool = False,
@@ -168,20 +203,10 @@ class TranslationDataModule(Seq2SeqDataModule):
                 f"tokens (plus <eos>): raise it to at least {max_length + 1}"
             )
         for name, size in (("val_size", val_size), ("test_size", test_size)):
-            checks.integer(f"data.{name}", size, minimum=1)
-        known = {"kind", "vocab_size", "min_frequency", "shared"}
-        unknown = sorted(set(tokenizer) - known)
-        if unknown:
-            raise ValueError(f"unknown data.tokenizer settings {unknown}; known: {sorted(known)}")
+            if size is not None:
+                checks.integer(f"data.{name}", size, minimum=1)
         self.corpus = corpus
-        self.tokenizer_config = {
-            "kind": tokenizer.get("kind", "char"),
-            "vocab_size": tokenizer.get("vocab_size"),
-            "min_frequency": tokenizer.get("min_frequency", 1),
-            "shared": bool(tokenizer.get("shared", False)),
-        }
-        config = self.tokenizer_config
-        check_tokenizer_settings(config["kind"], config["vocab_size"], config["min_frequency"])
+        self.tokenizer_config = _tokenizer_config(tokenizer, corpus)
         self.max_length = max_length
         self.val_size, self.test_size, self.seed = val_size, test_size, seed
         self.split_by = checks.choice("data.split_by", split_by, SPLIT_BY)
@@ -246,14 +271,21 @@ class TranslationDataModule(Seq2SeqDataModule):
     def _split_off(self, text: DatasetDict) -> DatasetDict:
         """Validation and test splits the corpus lacks, taken from train with the seed."""
         for split, size in (("test", self.test_size), ("validation", self.val_size)):
+            name = f"data.{'val' if split == 'validation' else 'test'}_size"
             if split in text:
+                if size is not None:
+                    raise ValueError(
+                        f"{name}={size} sizes a {split} split taken off the training data, but "
+                        f"{type(self.corpus).__name__} has its own {split} split: drop {name} "
+                        "(a generated corpus sizes its splits with data.corpus.*_size)"
+                    )
                 continue
+            size = SPLIT_OFF if size is None else size
             train = text["train"]
             if size >= len(train) // 2:
                 raise ValueError(
                     f"cannot split {size} {split} pairs off a training split of {len(train)}: "
-                    f"lower data.{'val' if split == 'validation' else 'test'}_size or give "
-                    f"data.corpus.{split} files"
+                    f"lower {name} or give data.corpus.{split} files"
                 )
             if self.split_by == "source":
                 text["train"], text[split] = _split_by_source(train, size, self.seed)
@@ -270,8 +302,11 @@ class TranslationDataModule(Seq2SeqDataModule):
         return DatasetDict({split: text[split] for split in SPLITS})
 
     def _fit(self, train: Any) -> tuple[AnyTokenizer, AnyTokenizer]:
-        """Source and target tokenizers fitted on train, or read from the cache."""
+        """The corpus's own tokenizers, or source and target tokenizers fitted on train (or
+        read from the cache)."""
         config = self.tokenizer_config
+        if config is None:
+            return self.corpus.tokenizers()
         key = hashlib.sha256(
             json.dumps([train._fingerprint, config], sort_keys=True).encode()
         ).hexdigest()[:16]

@@ -1,6 +1,6 @@
 """Vocabularies that are a plain list of symbols, with the special tokens first.
 
-`Vocabulary` reads whitespace-separated symbols (the synthetic tasks, which know their symbols
+`Vocabulary` reads whitespace-separated symbols (the symbol tasks, which know their symbols
 in advance); `CharVocabulary` reads characters (number words, dates). A list is the whole
 state and goes into the checkpoint as such. The learned word and BPE tokenizers, built on the
 `tokenizers` library, are in tokenizer.py; all share the interface used here.
