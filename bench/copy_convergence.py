@@ -71,7 +71,7 @@ def ours(
     L.seed_everything(seed, workers=True)
     datamodule = instantiate(cfg.data)
     datamodule.setup("fit")
-    module = build_module(cfg, datamodule)
+    module = build_module(cfg, *datamodule.tokenizers())
     test = [batch for batch in datamodule.test_dataloader()]
     history: list[tuple[int, float, float]] = []
 
