@@ -52,7 +52,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     import lightning as L
 
     from seq2seq.average import average_last_validations
-    from seq2seq.callbacks import best_checkpoint
+    from seq2seq.callbacks import SaveRunConfig, best_checkpoint
 
     if logging.getLogger().handlers:
         # `import lightning` adds its own console handler, and its records also reach the
@@ -70,6 +70,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         check_output_dir(Path(cfg.paths.output_dir), module, resuming, cfg.average_last)
 
     callbacks = instantiate_group(cfg.get("callbacks"), "callback")
+    callbacks.append(SaveRunConfig(OmegaConf.to_container(cfg, resolve=True)))
     loggers = instantiate_group(cfg.get("logger"), "logger")
     if not loggers:  # the learning-rate monitor refuses to run without a logger
         callbacks = [
@@ -118,11 +119,7 @@ def build_module(cfg: DictConfig, src_vocab: Any, tgt_vocab: Any) -> Any:
     """A new module sized by the data's tokenizers, or (train=false) the checkpoint's."""
     if cfg.train:
         log.info("Instantiating model <%s>", cfg.model._target_)
-        module = instantiate(
-            cfg.model, src_vocab=src_vocab.to_dict(), tgt_vocab=tgt_vocab.to_dict()
-        )
-        module.run_config = OmegaConf.to_container(cfg, resolve=True)
-        return module
+        return instantiate(cfg.model, src_vocab=src_vocab.to_dict(), tgt_vocab=tgt_vocab.to_dict())
     from seq2seq.checkpoint import load_for_evaluation
 
     log.info("Loading model from %s", cfg.ckpt_path)

@@ -249,3 +249,14 @@ def best_checkpoint(trainer: Any) -> str | None:
         c for c in trainer.checkpoint_callbacks if getattr(c, "monitor", None) not in (None, "step")
     ]
     return next((c.best_model_path for c in ranked if c.best_model_path), None)
+
+
+class SaveRunConfig(Callback):
+    """Writes the composed run config (train.py's) into every checkpoint the run saves, for
+    inspect and a resume's checks (one of the keys seq2seq.checkpoint lists)."""
+
+    def __init__(self, run_config: dict[str, Any]) -> None:
+        self.run_config = run_config
+
+    def on_save_checkpoint(self, trainer: Any, pl_module: Any, checkpoint: dict) -> None:
+        checkpoint["run_config"] = self.run_config

@@ -3,7 +3,7 @@ safely (tensors and plain values only, with clear errors).
 
 Lightning writes state_dict, hyper_parameters (the module's plain-value arguments, the
 tokenizers included), epoch, global_step, optimizer, scheduler, loop and callback states. This
-project adds, in save_run_state:
+project adds (RunState.save; the run config, callbacks.SaveRunConfig):
 
     seq2seq_format     FORMAT_VERSION; files written before it existed have none and read as
                        format 0, which holds the same keys
@@ -25,6 +25,7 @@ and refuses anything else *before* running it. Our checkpoints hold nothing else
 from __future__ import annotations
 
 import pickle
+import time
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -34,12 +35,11 @@ import torch
 __all__ = [
     "FORMAT_VERSION",
     "CheckpointError",
+    "RunState",
     "load_checkpoint",
     "load_for_evaluation",
     "load_module",
     "module_from_checkpoint",
-    "restore_run_state",
-    "save_run_state",
 ]
 
 FORMAT_KEY = "seq2seq_format"
@@ -88,30 +88,49 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     return checkpoint
 
 
-def save_run_state(
-    checkpoint: dict[str, Any],
-    run_config: dict[str, Any] | None,
-    metrics: dict[str, Any],
-    metric_signatures: dict[str, str],
-    train_seconds: float,
-) -> None:
-    """Add this project's keys to a checkpoint Lightning is saving (plain values only, so it
-    loads with weights_only=True)."""
-    checkpoint[FORMAT_KEY] = FORMAT_VERSION
-    if run_config is not None:
-        checkpoint["run_config"] = run_config
-    checkpoint["metrics"] = {name: float(value) for name, value in metrics.items()}
-    checkpoint["metric_signatures"] = metric_signatures
-    checkpoint["train_seconds"] = train_seconds
-    checkpoint["rng_states"] = {"torch": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        checkpoint["rng_states"]["cuda"] = torch.cuda.get_rng_state_all()
+class RunState:
+    """What a run carries across a stop and a resume besides the weights, optimizer and loops:
+    its training clock and random states. The module's hooks call it (start, restore, at the
+    first batch apply_rng, save); this class writes and reads the keys.
+    """
 
+    def __init__(self) -> None:
+        self._seconds_before = 0.0  # training time of earlier starts (a resumed run)
+        self._started = time.monotonic()
+        self._rng: dict[str, Any] = {}  # a resumed run's random states, for its first batch
 
-def restore_run_state(checkpoint: dict[str, Any]) -> tuple[dict[str, Any], float]:
-    """The random states to restore and the training seconds so far (nothing, 0.0: a file
-    saved without them)."""
-    return checkpoint.get("rng_states") or {}, float(checkpoint.get("train_seconds", 0.0))
+    def start(self) -> None:
+        self._started = time.monotonic()
+
+    def train_seconds(self) -> float:
+        return self._seconds_before + time.monotonic() - self._started
+
+    def save(
+        self, checkpoint: dict[str, Any], metrics: dict[str, Any], signatures: dict[str, str]
+    ) -> None:
+        """Add this project's keys to a checkpoint Lightning is saving (plain values only, so
+        it loads with weights_only=True). callbacks.SaveRunConfig adds the run config."""
+        checkpoint[FORMAT_KEY] = FORMAT_VERSION
+        checkpoint["metrics"] = {name: float(value) for name, value in metrics.items()}
+        checkpoint["metric_signatures"] = signatures
+        checkpoint["train_seconds"] = self.train_seconds()
+        checkpoint["rng_states"] = {"torch": torch.get_rng_state()}
+        if torch.cuda.is_available():
+            checkpoint["rng_states"]["cuda"] = torch.cuda.get_rng_state_all()
+
+    def restore(self, checkpoint: dict[str, Any]) -> None:
+        """Read a checkpoint's clock and random states (none, 0 s: a file saved without them).
+        The states wait for apply_rng: Lightning still sets up loaders and loops between
+        restoring and the next training batch, where the saving run stood."""
+        self._rng = checkpoint.get("rng_states") or {}
+        self._seconds_before = float(checkpoint.get("train_seconds", 0.0))
+
+    def apply_rng(self) -> None:
+        states, self._rng = self._rng, {}
+        if "torch" in states:
+            torch.set_rng_state(states["torch"].cpu())
+        if "cuda" in states and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(states["cuda"])
 
 
 def load_module(path: str | Path, map_location: str | torch.device = "cpu"):
@@ -127,7 +146,7 @@ def module_from_checkpoint(
 
     try:
         module = Seq2SeqModule(**checkpoint["hyper_parameters"])
-    except TypeError as error:
+    except (TypeError, ValueError) as error:
         raise CheckpointError(
             f"{path} holds hyperparameters this version cannot use: {error}"
         ) from None

@@ -38,7 +38,7 @@ class DecodingConfig:
 
     The module takes these as plain hyperparameters (model.max_len_a, ... in the configs, so
     checkpoints and command lines keep their shape); from_hparams gathers them. A new decoding
-    option is a field here, an argument of Seq2SeqModule and a line of configs/model/tiny.yaml.
+    option is a field here and a line of configs/model/tiny.yaml.
     """
 
     max_len_a: float = 1.0  # at most a * source length + b new tokens (fairseq's rule)

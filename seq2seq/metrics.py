@@ -1,5 +1,6 @@
 """What the module measures: torchmetrics collections per stage, exact match, and the decoded
-texts of an epoch (gathered across processes, and written out for re-scoring).
+texts of an epoch (gathered across processes, and written out for re-scoring); StageMetrics
+holds them all, so the module's steps hand it a batch and its epoch ends ask it for values.
 
 BLEU and chrF are not torchmetrics here: they come from sacreBLEU itself, on the texts of the
 whole epoch (seq2seq.score), so each carries its signature.
@@ -13,10 +14,12 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 from torchmetrics import MeanMetric, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
 from torchmetrics.text import CharErrorRate
+
+from seq2seq.score import corpus_scores
 
 # (hypothesis, reference, source, ended): one decoded pair; ended is False where the
 # prediction was cut at the length limit without EOS.
@@ -113,3 +116,67 @@ def write_test_texts(run_dir: Path, rows: Sequence[TextRow]) -> None:
     for index, name in enumerate(("hypotheses", "references", "sources")):
         lines = "".join(row[index].replace("\n", " ") + "\n" for row in rows)
         (run_dir / f"test_{name}.txt").write_text(lines, encoding="utf-8")
+
+
+class StageMetrics(nn.Module):
+    """Everything measured in training, validation and test: one torchmetrics collection per
+    stage (so their states never mix), fed batch by batch, and the decoded texts of validation
+    and test, scored with sacreBLEU once the epoch is whole.
+
+    An nn.Module so the collections follow the module to its device; they hold no weights and
+    add nothing to a checkpoint.
+    """
+
+    def __init__(self, src_vocab: Any, tgt_vocab: Any) -> None:
+        super().__init__()
+        self.tgt_vocab = tgt_vocab
+        size, pad = len(tgt_vocab), tgt_vocab.pad_id
+        for stage in ("train", "val", "test"):  # as train_metrics, ... ("train" is a method)
+            self.add_module(f"{stage}_metrics", stage_metrics(stage, size, pad))
+        self.texts = {
+            "val": EpochTexts(src_vocab, tgt_vocab, with_sources=False),
+            "test": EpochTexts(src_vocab, tgt_vocab, with_sources=True),
+        }
+
+    def update(self, stage: str, batch: dict[str, Tensor], loss: Tensor, logits: Tensor) -> None:
+        """The loss (weighted by real target tokens) and token accuracy of a batch; in
+        training also the share of padded positions."""
+        metrics = self.get_submodule(f"{stage}_metrics")
+        pad = self.tgt_vocab.pad_id
+        metrics[f"{stage}/loss"].update(loss.detach(), weight=(batch["labels"] != pad).sum())
+        metrics[f"{stage}/token_acc"].update(
+            logits.detach().flatten(0, 1), batch["labels"].flatten()
+        )
+        if stage == "train":
+            positions = batch["src"].numel() + batch["tgt_in"].numel()
+            padded = (batch["src"] == pad).sum() + (batch["tgt_in"] == pad).sum()
+            metrics["train/padding"].update(padded / positions, weight=positions)
+
+    def update_outputs(self, stage: str, batch: dict[str, Tensor], predictions: Tensor) -> None:
+        """Exact match and CER of a decoded batch; its texts kept for the epoch's BLEU, chrF."""
+        metrics = self.get_submodule(f"{stage}_metrics")
+        v = self.tgt_vocab
+        exact = exact_match(predictions, batch["labels"], v.pad_id, v.eos_id)
+        metrics[f"{stage}/exact_match"].update(exact)
+        texts = self.texts[stage].add(batch["src"], batch["labels"], predictions)
+        metrics[f"{stage}/cer"].update(*texts)
+
+    def compute(
+        self, stage: str, world_size: int, keep: int | None, bleu_tokenize: str
+    ) -> tuple[dict[str, Tensor], list[TextRow]]:
+        """The epoch's values (reduced across processes) and decoded rows; starts the next.
+
+        keep: the split's length (see gather_texts). BLEU and chrF are added where the epoch
+        decoded anything.
+        """
+        metrics = self.get_submodule(f"{stage}_metrics")
+        values = metrics.compute()  # torchmetrics syncs the states across processes
+        metrics.reset()
+        if stage not in self.texts:
+            return values, []
+        rows = self.texts[stage].take(world_size, keep)
+        if rows:
+            hypotheses, references = [r[0] for r in rows], [r[1] for r in rows]
+            scores = corpus_scores(hypotheses, references, bleu_tokenize)
+            values |= {f"{stage}/{name}": score["score"] for name, score in scores.items()}
+        return values, rows

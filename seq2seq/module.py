@@ -1,19 +1,19 @@
 """The LightningModule: the training, validation and test steps around the model.
 
-It takes plain hyperparameters only (ModelConfig fields, optimizer and schedule values, the
-vocabularies as lists) and builds the model itself, so ``Seq2SeqModule.load_from_checkpoint(path)``
-needs nothing else, and a checkpoint alone is enough to decode. What it measures is in
-metrics.py, the optimizer and the learning-rate schedule in optim.py, the checkpoint's keys in
+It takes plain hyperparameters only (ModelConfig fields; TrainingConfig's and DecodingConfig's
+fields, flat; the vocabularies as lists) and builds the model itself, so
+``Seq2SeqModule.load_from_checkpoint(path)`` needs nothing else, and a checkpoint alone is
+enough to decode. What it measures is in metrics.py, the optimizer and the learning-rate
+schedule in optim.py, the checkpoint's keys and the run's clock and random states in
 checkpoint.py. The hooks follow the order Lightning calls them in: set-up, a training batch,
 validation and test, the epoch's end and its checkpoint; then decoding.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
-import time
-from collections.abc import Sequence
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -21,19 +21,17 @@ import lightning as L
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from torchmetrics import MetricCollection
 
 from seq2seq import checks
-from seq2seq.callbacks import TimeBudget
-from seq2seq.checkpoint import restore_run_state, save_run_state
+from seq2seq.checkpoint import RunState
 from seq2seq.curves import TIME
 from seq2seq.data.tokenizer import tokenizer_from_dict
-from seq2seq.decoding import DecodingConfig, generate
+from seq2seq.decoding import DECODING_KEYS, DecodingConfig, generate
 from seq2seq.doctor import Doctor
-from seq2seq.metrics import EpochTexts, exact_match, stage_metrics, write_test_texts
+from seq2seq.metrics import StageMetrics, TextRow, write_test_texts
 from seq2seq.model import ModelConfig, Seq2SeqTransformer
 from seq2seq.optim import SCHEDULES, adamw_with_schedule
-from seq2seq.score import BLEU_TOKENIZERS, corpus_scores, signatures
+from seq2seq.score import BLEU_TOKENIZERS, signatures
 
 log = logging.getLogger(__name__)
 
@@ -44,29 +42,76 @@ class NonFiniteLossError(ValueError):
     """The training loss became NaN or infinite (on_nonfinite_loss=stop)."""
 
 
-def check_hyperparameters(hp: dict[str, Any]) -> None:
-    """One clear error for the first bad value (types included: `model.lr=abc` is a string)."""
-    checks.number("model.lr", hp["lr"], low=0, low_open=True)
-    betas = hp["betas"]
-    if not (
-        isinstance(betas, (list, tuple))
-        and len(betas) == 2
-        and all(isinstance(b, (int, float)) and 0 <= b < 1 for b in betas)
-    ):
-        raise ValueError(f"model.betas must be two numbers in [0, 1), got {list(betas)}")
-    checks.number("model.weight_decay", hp["weight_decay"], low=0)
-    checks.choice("model.schedule", hp["schedule"], SCHEDULES)
-    checks.integer("model.warmup_steps", hp["warmup_steps"], minimum=0)
-    checks.number("model.min_lr_ratio", hp["min_lr_ratio"], low=0, high=1)
-    checks.number("model.label_smoothing", hp["label_smoothing"], low=0, high=1, high_open=True)
-    DecodingConfig.from_hparams(hp)  # max_len_a, max_len_b, beam_size, length_penalty
-    checks.integer("model.log_examples", hp["log_examples"], minimum=0)
-    if hp["val_decode_limit"] is not None:
-        checks.integer("model.val_decode_limit", hp["val_decode_limit"], minimum=1)
-    checks.choice("model.bleu_tokenize", hp["bleu_tokenize"], BLEU_TOKENIZERS)
-    checks.choice("model.on_nonfinite_loss", hp["on_nonfinite_loss"], NONFINITE_LOSS)
-    if not isinstance(hp["net"], dict):
-        raise ValueError(f"model.net must be a mapping of ModelConfig fields, got {hp['net']!r}")
+@dataclass(frozen=True)
+class TrainingConfig:
+    """The module's hyperparameters besides the model (ModelConfig) and decoding
+    (DecodingConfig): each field's default, meaning and check, in one place.
+
+    They reach the module flat (model.lr, ... in configs/model/*.yaml) and are saved flat in
+    checkpoints as Lightning's hyperparameters; hparams() checks them and fills in defaults. A
+    new hyperparameter is a field here (checked in __post_init__) and its line in the YAML.
+    """
+
+    lr: float = 1e-3  # peak learning rate
+    betas: tuple[float, float] = (0.9, 0.98)  # AdamW's
+    weight_decay: float = 0.01  # AdamW's, on matrices only (not biases or norm gains)
+    schedule: str = "inverse_sqrt"  # inverse_sqrt, cosine or constant, after the warmup
+    warmup_steps: int = 100  # of linear warmup
+    min_lr_ratio: float = 0.0  # the cosine schedule ends at lr * min_lr_ratio
+    label_smoothing: float = 0.1  # of the cross-entropy loss
+    log_examples: int = 3  # decoded validation examples written to the log each validation
+    compile: bool = False  # train with torch.compile (the model's forward; decoding is eager)
+    # Validation decodes (for exact match, BLEU, chrF, CER) only its first this many pairs, so a
+    # long validation split does not dominate training time; loss and token accuracy cover it
+    # all, and the test split is always decoded whole. None: all.
+    val_decode_limit: int | None = 1000
+    # sacreBLEU's tokenizer: 13a (its default), char (for targets of one word, such as number
+    # words, where word n-grams do not exist), intl, none.
+    bleu_tokenize: str = "13a"
+    # "stop": a NaN or infinite training loss stops the run with an error naming the step,
+    # before the update, so the checkpoints on disk stay good; "skip": leave that batch out.
+    on_nonfinite_loss: str = "stop"
+
+    def __post_init__(self) -> None:
+        checks.number("model.lr", self.lr, low=0, low_open=True)
+        betas = self.betas
+        if not (
+            isinstance(betas, (list, tuple))
+            and len(betas) == 2
+            and all(isinstance(b, (int, float)) and 0 <= b < 1 for b in betas)
+        ):
+            raise ValueError(f"model.betas must be two numbers in [0, 1), got {list(betas)}")
+        checks.number("model.weight_decay", self.weight_decay, low=0)
+        checks.choice("model.schedule", self.schedule, SCHEDULES)
+        checks.integer("model.warmup_steps", self.warmup_steps, minimum=0)
+        checks.number("model.min_lr_ratio", self.min_lr_ratio, low=0, high=1)
+        checks.number("model.label_smoothing", self.label_smoothing, 0, 1, high_open=True)
+        checks.integer("model.log_examples", self.log_examples, minimum=0)
+        checks.choice("model.compile", self.compile, (True, False))
+        if self.val_decode_limit is not None:
+            checks.integer("model.val_decode_limit", self.val_decode_limit, minimum=1)
+        checks.choice("model.bleu_tokenize", self.bleu_tokenize, BLEU_TOKENIZERS)
+        checks.choice("model.on_nonfinite_loss", self.on_nonfinite_loss, NONFINITE_LOSS)
+
+
+TRAINING_KEYS = tuple(field.name for field in fields(TrainingConfig))
+
+
+def hparams(net: Any, given: Mapping[str, Any]) -> dict[str, Any]:
+    """The module's hyperparameters as it saves them: net, then the given settings checked and
+    the rest at their defaults (TrainingConfig's and DecodingConfig's fields, flat). An unknown
+    name is refused."""
+    if not isinstance(net, dict):
+        raise ValueError(f"model.net must be a mapping of ModelConfig fields, got {net!r}")
+    unknown = sorted(set(given) - {*TRAINING_KEYS, *DECODING_KEYS})
+    if unknown:
+        raise ValueError(
+            f"model.{unknown[0]} is not a setting of the module; known: net, "
+            f"{', '.join([*TRAINING_KEYS, *DECODING_KEYS])}"
+        )
+    training = TrainingConfig(**{k: v for k, v in given.items() if k in TRAINING_KEYS})
+    decoding = DecodingConfig(**{k: v for k, v in given.items() if k in DECODING_KEYS})
+    return {"net": net, **asdict(training), **decoding.to_dict()}
 
 
 class Seq2SeqModule(L.LightningModule):
@@ -76,50 +121,16 @@ class Seq2SeqModule(L.LightningModule):
         net: ModelConfig fields except the vocabulary sizes and special ids, which come from
             the vocabularies.
         src_vocab, tgt_vocab: saved vocabularies (Vocabulary.to_dict()).
-        lr: peak learning rate. betas, weight_decay: AdamW's; decay applies to matrices only.
-        schedule: "inverse_sqrt", "cosine" or "constant", after warmup_steps of linear warmup.
-        min_lr_ratio: the cosine schedule's final learning rate, as a fraction of lr.
-        label_smoothing: of the cross-entropy loss.
-        max_len_a, max_len_b: decoding makes at most a * source length + b tokens.
-        beam_size: beam width for decoding the test set (1: greedy); validation is greedy.
-        compile: train with torch.compile (the model's forward; decoding stays eager).
-        length_penalty: beam search ranks by log-probability / length ** length_penalty.
-        log_examples: decoded validation examples written to the log each validation epoch.
-        val_decode_limit: validation decodes (for exact match, BLEU, chrF, CER) only its first
-            this many examples, so a long validation set does not dominate training time;
-            loss and token accuracy cover it all, and the test set is always decoded whole.
-        bleu_tokenize: sacreBLEU's tokenizer: 13a (its default), char (for targets of one
-            word, such as number words, where word n-grams do not exist), intl, none.
-        on_nonfinite_loss: "stop": a NaN or infinite training loss stops the run with an error
-            naming the step, before the update, so the checkpoints on disk stay good; "skip":
-            leave that batch out (no update) and count it in the log.
+        **given: TrainingConfig's and DecodingConfig's fields, flat (lr=..., beam_size=...);
+            the rest take their defaults. All are in self.hparams, which a checkpoint saves.
     """
 
     def __init__(
-        self,
-        net: dict[str, Any],
-        src_vocab: dict[str, Any],
-        tgt_vocab: dict[str, Any],
-        lr: float = 1e-3,
-        betas: tuple[float, float] = (0.9, 0.98),
-        weight_decay: float = 0.01,
-        schedule: str = "inverse_sqrt",
-        warmup_steps: int = 100,
-        min_lr_ratio: float = 0.0,
-        label_smoothing: float = 0.1,
-        max_len_a: float = 1.0,
-        max_len_b: int = 10,
-        beam_size: int = 1,
-        length_penalty: float = 1.0,
-        log_examples: int = 3,
-        compile: bool = False,
-        val_decode_limit: int | None = 1000,
-        bleu_tokenize: str = "13a",
-        on_nonfinite_loss: str = "stop",
+        self, net: dict[str, Any], src_vocab: dict[str, Any], tgt_vocab: dict[str, Any], **given
     ) -> None:
         super().__init__()
-        check_hyperparameters(locals())
-        self.save_hyperparameters()
+        vocabs = {"src_vocab": src_vocab, "tgt_vocab": tgt_vocab}
+        self.save_hyperparameters({**hparams(net, given), **vocabs})
         self.src_vocab = tokenizer_from_dict(src_vocab)
         self.tgt_vocab = tokenizer_from_dict(tgt_vocab)
         v = self.tgt_vocab
@@ -132,26 +143,13 @@ class Seq2SeqModule(L.LightningModule):
             **net,
         )
         self.model = Seq2SeqTransformer(self.config)
-        # The composed run config, set by train.py and saved in every checkpoint for inspect.
-        self.run_config: dict[str, Any] | None = None
-        # The decoded texts of the current validation and test epochs, for BLEU and chrF.
-        self._texts = {
-            "val": EpochTexts(self.src_vocab, self.tgt_vocab, with_sources=False),
-            "test": EpochTexts(self.src_vocab, self.tgt_vocab, with_sources=True),
-        }
+        self.metrics = StageMetrics(self.src_vocab, self.tgt_vocab)  # see metrics.py
         self.doctor = Doctor()  # degenerate outputs at each validation, in the log and metrics
-        self._train_seconds = 0.0  # training time of earlier starts (a resumed run)
-        self._rng_to_restore: dict[str, Any] = {}  # a resumed run's, at its first batch
+        self.run_state = RunState()  # the training clock and random states, across resumes
         self._compiled = False  # configure_model compiles once
         self._skipped = 0  # batches left out for a non-finite loss (on_nonfinite_loss=skip)
         self._val_decoded = 0  # examples decoded in this validation (val_decode_limit)
-        self._train_started = time.monotonic()
         self._signatures_logged = False
-        # One collection per stage, so their states never mix (val_metrics, test_metrics, ...).
-        vocab_size, pad = len(self.tgt_vocab), self.tgt_vocab.pad_id
-        self.train_metrics = stage_metrics("train", vocab_size, pad)
-        self.val_metrics = stage_metrics("val", vocab_size, pad)
-        self.test_metrics = stage_metrics("test", vocab_size, pad)
 
     def configure_model(self) -> None:
         # In place (nn.Module.compile), so parameter names and checkpoints do not change.
@@ -160,52 +158,16 @@ class Seq2SeqModule(L.LightningModule):
             self._compiled = True
 
     def configure_optimizers(self) -> dict[str, Any]:
-        # Not estimated_stepping_batches right here: asking for it now loads the train loader
-        # before Lightning restores a checkpoint's loader state, and a mid-epoch resume would
-        # then start a fresh shuffle. Asked lazily, it is first needed after the restore.
-        def total() -> float:
-            return float(self.trainer.estimated_stepping_batches)  # inf: no step limit
-
-        hp = self.hparams
-        callbacks = self._trainer.callbacks if self._trainer is not None else []
-        budget = next((c for c in callbacks if isinstance(c, TimeBudget)), None)
-        progress = None
-        if budget is not None:
-            progress = functools.partial(budget.decay_progress, warmup_steps=hp.warmup_steps)
-        return adamw_with_schedule(
-            self.parameters(),
-            lr=hp.lr,
-            betas=hp.betas,
-            weight_decay=hp.weight_decay,
-            schedule=hp.schedule,
-            warmup_steps=hp.warmup_steps,
-            min_lr_ratio=hp.min_lr_ratio,
-            total_steps=total,
-            time_progress=progress,
-            # One fused kernel for all tensors instead of a loop over them: optimizer steps
-            # 4-7x faster on a CPU, where torch's default is the plain loop. Not under mixed
-            # precision: Lightning's AMP plugin refuses to clip the gradients of an optimizer
-            # that unscales them itself, as the fused one does.
-            fused=not self._mixed_precision(),
-        )
-
-    def _mixed_precision(self) -> bool:
-        return self._trainer is not None and "mixed" in str(self._trainer.precision)
+        return adamw_with_schedule(self.parameters(), self.hparams, self._trainer)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        # Applied at the next training batch, the point where the saving run stood: Lightning
-        # still sets up loaders and loops between this hook and then.
-        self._rng_to_restore, self._train_seconds = restore_run_state(checkpoint)
+        self.run_state.restore(checkpoint)
 
     def on_train_start(self) -> None:
-        self._train_started = time.monotonic()
+        self.run_state.start()
 
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
-        states, self._rng_to_restore = self._rng_to_restore, {}
-        if "torch" in states:
-            torch.set_rng_state(states["torch"].cpu())
-        if "cuda" in states and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(states["cuda"])
+        self.run_state.apply_rng()  # a resumed run's, where the saving run stood
 
     def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
         return self.model(src, tgt_in)
@@ -225,14 +187,10 @@ class Seq2SeqModule(L.LightningModule):
         loss, logits = self.model_step(batch)
         if not torch.isfinite(loss):
             return self._non_finite(loss)
-        self._record("train", batch, loss, logits)
-        pad = self.tgt_vocab.pad_id
-        positions = batch["src"].numel() + batch["tgt_in"].numel()
-        padded = (batch["src"] == pad).sum() + (batch["tgt_in"] == pad).sum()
-        self.train_metrics["train/padding"].update(padded / positions, weight=positions)
+        self.metrics.update("train", batch, loss, logits)
         self.log("train/loss_step", loss, prog_bar=True, batch_size=batch["src"].size(0))
         # Training time, for curves against time (seq2seq.curves); restored on resume.
-        self.log(TIME, self._train_seconds + time.monotonic() - self._train_started)
+        self.log(TIME, self.run_state.train_seconds())
         return loss
 
     def _non_finite(self, loss: Tensor) -> None:
@@ -251,19 +209,6 @@ class Seq2SeqModule(L.LightningModule):
             f"non-finite loss ({loss.item()}) at step {step}: training stopped before that "
             f"update; {kept}. Lower model.lr, raise model.warmup_steps, or set "
             "model.on_nonfinite_loss=skip"
-        )
-
-    def _update(self, stage: str, batch: dict[str, Tensor]) -> Tensor:
-        loss, logits = self.model_step(batch)
-        self._record(stage, batch, loss, logits)
-        return loss
-
-    def _record(self, stage: str, batch: dict[str, Tensor], loss: Tensor, logits: Tensor) -> None:
-        metrics = self._stage_metrics(stage)
-        n_tokens = (batch["labels"] != self.tgt_vocab.pad_id).sum()
-        metrics[f"{stage}/loss"].update(loss.detach(), weight=n_tokens)
-        metrics[f"{stage}/token_acc"].update(
-            logits.detach().flatten(0, 1), batch["labels"].flatten()
         )
 
     def on_validation_start(self) -> None:
@@ -288,19 +233,13 @@ class Seq2SeqModule(L.LightningModule):
         self._eval_step("test", batch, batch_idx)
 
     def _eval_step(self, stage: str, batch: dict[str, Tensor], batch_idx: int) -> None:
-        self._update(stage, batch)
+        self.metrics.update(stage, batch, *self.model_step(batch))
         limit = self.hparams.val_decode_limit
         if stage == "val" and limit is not None and self._val_decoded >= limit:
             return
         beam = self.decoding.beam_size if stage == "test" else 1
         predictions = self.generate(batch["src"], beam)
-        metrics = self._stage_metrics(stage)
-        v = self.tgt_vocab
-        metrics[f"{stage}/exact_match"].update(
-            exact_match(predictions, batch["labels"], v.pad_id, v.eos_id)
-        )
-        texts = self._texts[stage].add(batch["src"], batch["labels"], predictions)
-        metrics[f"{stage}/cer"].update(*texts)
+        self.metrics.update_outputs(stage, batch, predictions)
         if stage == "val":
             self._val_decoded += batch["src"].size(0)
             if batch_idx == 0:
@@ -324,34 +263,18 @@ class Seq2SeqModule(L.LightningModule):
         self._log_epoch("test")
 
     def _log_epoch(self, stage: str) -> None:
-        metrics = self._stage_metrics(stage)
-        # compute() already reduces across processes (torchmetrics syncs its states).
-        values = metrics.compute()
-        metrics.reset()
-        if stage != "train":
-            keep = len(self.trainer.test_dataloaders.dataset) if stage == "test" else None
-            rows = self._texts[stage].take(self.trainer.world_size, keep)
-            if rows:
-                hypotheses, references, _, ended = zip(*rows, strict=True)
-                scores = corpus_scores(hypotheses, references, self.hparams.bleu_tokenize)
-                values |= {f"{stage}/{name}": score["score"] for name, score in scores.items()}
-                if stage == "val" and not self.trainer.sanity_checking:
-                    values |= self._consult_doctor(hypotheses, references, ended, values)
-            if stage == "test" and self.trainer.is_global_zero:
-                write_test_texts(Path(self.trainer.default_root_dir), rows)
+        keep = len(self.trainer.test_dataloaders.dataset) if stage == "test" else None
+        world, tokenize = self.trainer.world_size, self.hparams.bleu_tokenize
+        values, rows = self.metrics.compute(stage, world, keep, tokenize)
+        if stage == "val" and rows and not self.trainer.sanity_checking:
+            values |= self._consult_doctor(rows, values)
+        if stage == "test" and self.trainer.is_global_zero:
+            write_test_texts(Path(self.trainer.default_root_dir), rows)
         self.log_dict(values, prog_bar=stage == "val")
 
-    def _stage_metrics(self, stage: str) -> MetricCollection:
-        return getattr(self, f"{stage}_metrics")
-
-    def _consult_doctor(
-        self,
-        hypotheses: Sequence[str],
-        references: Sequence[str],
-        ended: Sequence[bool],
-        values: dict[str, Any],
-    ) -> dict[str, float]:
+    def _consult_doctor(self, rows: list[TextRow], values: dict[str, Any]) -> dict[str, float]:
         """The doctor's metrics of this validation; what looks wrong goes to the log."""
+        hypotheses, references, _, ended = zip(*rows, strict=True)
         loss, bleu = float(values["val/loss"]), float(values["val/bleu"])
         metrics, warnings = self.doctor.diagnose(hypotheses, references, ended, loss, bleu)
         if self.trainer.is_global_zero:
@@ -364,13 +287,8 @@ class Seq2SeqModule(L.LightningModule):
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         # Lightning does not save random states; seq2seq.checkpoint owns these keys.
-        save_run_state(
-            checkpoint,
-            run_config=self.run_config,
-            metrics=self.trainer.callback_metrics,
-            metric_signatures=signatures(self.hparams.bleu_tokenize),
-            train_seconds=self._train_seconds + time.monotonic() - self._train_started,
-        )
+        signature = signatures(self.hparams.bleu_tokenize)
+        self.run_state.save(checkpoint, self.trainer.callback_metrics, signature)
 
     def on_train_end(self) -> None:
         if self._skipped:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 import logging
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import torch
@@ -58,22 +58,16 @@ def lr_lambda(
 
 
 def adamw_with_schedule(
-    parameters: Iterable[Tensor],
-    *,
-    lr: float,
-    betas: tuple[float, float],
-    weight_decay: float,
-    schedule: str,
-    warmup_steps: int,
-    min_lr_ratio: float,
-    total_steps: Callable[[], float],
-    time_progress: Callable[[int], float | None] | None,
-    fused: bool,
+    parameters: Iterable[Tensor], hp: Mapping[str, Any], trainer: Any | None
 ) -> dict[str, Any]:
     """Lightning's configure_optimizers answer: AdamW and its per-step LambdaLR schedule.
 
-    fused: ask for torch's fused kernel where it takes the tensors (see fused_adamw_supported).
+    hp: the module's hyperparameters (lr, betas, weight_decay, schedule, warmup_steps,
+    min_lr_ratio). trainer: the run's (its step count, a TimeBudget's clock, the precision);
+    None for a module used alone.
     """
+    from seq2seq.callbacks import TimeBudget
+
     parameters = list(parameters)
     # Decay matrices (weights of linear maps and embeddings), not biases or norm gains.
     decay = [p for p in parameters if p.dim() >= 2]
@@ -83,16 +77,33 @@ def adamw_with_schedule(
         len(decay), sum(p.numel() for p in decay),
         len(no_decay), sum(p.numel() for p in no_decay),
     )  # fmt: skip
+    # One fused kernel for all tensors instead of a loop over them: optimizer steps 4-7x faster
+    # on a CPU, where torch's default is the plain loop. Not under mixed precision: Lightning's
+    # AMP plugin refuses to clip the gradients of an optimizer that unscales them itself, as
+    # the fused one does.
+    mixed = trainer is not None and "mixed" in str(trainer.precision)
     optimizer = torch.optim.AdamW(
         [
-            {"params": decay, "weight_decay": weight_decay},
+            {"params": decay, "weight_decay": hp["weight_decay"]},
             {"params": no_decay, "weight_decay": 0.0},
         ],
-        lr=lr,
-        betas=tuple(betas),
-        fused=fused and fused_adamw_supported(parameters),
+        lr=hp["lr"],
+        betas=tuple(hp["betas"]),
+        fused=not mixed and fused_adamw_supported(parameters),
     )
-    factor = lr_lambda(schedule, warmup_steps, total_steps, min_lr_ratio, time_progress)
+
+    # Not estimated_stepping_batches right away: asking for it while Lightning configures the
+    # optimizer loads the train loader before a checkpoint's loader state is restored, and a
+    # mid-epoch resume would then start a fresh shuffle. Asked lazily, after the restore.
+    def total() -> float:
+        return float(trainer.estimated_stepping_batches) if trainer else math.inf
+
+    callbacks = trainer.callbacks if trainer is not None else []
+    budget = next((c for c in callbacks if isinstance(c, TimeBudget)), None)
+    progress = None
+    if budget is not None:
+        progress = functools.partial(budget.decay_progress, warmup_steps=hp["warmup_steps"])
+    factor = lr_lambda(hp["schedule"], hp["warmup_steps"], total, hp["min_lr_ratio"], progress)
     # interval "step": stepped once per optimizer step, so right under gradient accumulation.
     scheduler = {"scheduler": LambdaLR(optimizer, factor), "interval": "step"}
     return {"optimizer": optimizer, "lr_scheduler": scheduler}

@@ -10,7 +10,6 @@ has one, still before anything is trained or written.
 
 from __future__ import annotations
 
-import inspect
 import os
 import re
 import shutil
@@ -49,14 +48,12 @@ def check_config(cfg: DictConfig) -> Any:
 def check_model_config(model: DictConfig) -> None:
     """The module's and the model's checks, on the config alone (vocabulary sizes aside)."""
     from seq2seq.model import ModelConfig
-    from seq2seq.module import Seq2SeqModule, check_hyperparameters
+    from seq2seq.module import hparams
 
     given = OmegaConf.to_container(model, resolve=True)
-    parameters = inspect.signature(Seq2SeqModule.__init__).parameters
-    values = {k: p.default for k, p in parameters.items() if p.default is not p.empty}
-    values.update({k: v for k, v in given.items() if not k.startswith("_")})
-    check_hyperparameters(values)
-    ModelConfig(src_vocab_size=8, tgt_vocab_size=8, **values["net"])
+    settings = {k: v for k, v in given.items() if not k.startswith("_")}
+    net = hparams(settings.pop("net", None), settings)["net"]
+    ModelConfig(src_vocab_size=8, tgt_vocab_size=8, **net)
 
 
 def check_model_fits_data(max_positions: Any, datamodule: Any) -> None:

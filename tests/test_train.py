@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import itertools
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -187,6 +188,34 @@ def test_learning_rate_schedules_are_continuous_and_lazy() -> None:
     assert [inverse(s) for s in (3, 15)] == pytest.approx([1.0, 0.5])
     assert lr_lambda("constant", 0, total, 0.0)(1000) == 1.0
     assert lr_lambda("cosine", 0, total, 0.0)(0) == 1.0
+
+
+def test_module_hyperparameters_are_checked_completed_and_saved_flat() -> None:
+    """Every TrainingConfig and DecodingConfig field is in hparams (a checkpoint's
+    hyper_parameters), given or at its default; a bad or unknown one fails in one line."""
+    from seq2seq.data.vocab import Vocabulary
+    from seq2seq.decoding import DECODING_KEYS, DecodingConfig
+    from seq2seq.module import TRAINING_KEYS, TrainingConfig
+
+    vocab = Vocabulary(["a", "b"]).to_dict()
+    net = {"d_model": 16, "num_heads": 2, "d_ff": 32}
+    module = Seq2SeqModule(net, vocab, vocab, lr=1e-2, beam_size=3)
+    names = {"net", "src_vocab", "tgt_vocab", *TRAINING_KEYS, *DECODING_KEYS}
+    assert set(module.hparams) == names
+    assert (module.hparams.lr, module.decoding.beam_size) == (1e-2, 3)
+    assert module.hparams.warmup_steps == TrainingConfig().warmup_steps
+    assert module.hparams.max_len_b == DecodingConfig().max_len_b
+    again = Seq2SeqModule(**module.hparams)  # what loading a checkpoint does
+    assert dict(again.hparams) == dict(module.hparams)
+    for given, message in [
+        ({"lr": 0}, "model.lr must be a positive number, got 0"),
+        ({"beam_size": 0}, "model.beam_size must be a positive integer, got 0"),
+        ({"warmup": 10}, "model.warmup is not a setting of the module; known: net, lr, betas"),
+    ]:
+        with pytest.raises(ValueError, match=f"^{re.escape(message)}"):
+            Seq2SeqModule(net, vocab, vocab, **given)
+    with pytest.raises(ValueError, match=r"^model\.net must be a mapping of ModelConfig fields"):
+        Seq2SeqModule([16], vocab, vocab)
 
 
 def test_optimizer_steps_exactly_like_torchs_plain_adamw() -> None:
