@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from seq2seq.checkpoint import FORMAT_KEY, CheckpointError, load_checkpoint
+from seq2seq.checkpoint import CheckpointError, carry_run_record, load_checkpoint
 
 log = logging.getLogger("train")  # average_last_validations reports in the run's log
 RECENT = "recent-step*.ckpt"  # configs/callbacks/default.yaml: recent_checkpoints
@@ -64,9 +64,9 @@ def average_checkpoints(paths: Sequence[str | Path]) -> dict[str, Any]:
             state[key] = mean.to(tensor.dtype)
         else:  # integer buffers (counters, masks) are the newest checkpoint's
             state[key] = newest["state_dict"][key]
-    kept = ("epoch", "global_step", "pytorch-lightning_version", "hyper_parameters", FORMAT_KEY)
+    kept = ("epoch", "global_step", "pytorch-lightning_version", "hyper_parameters")
     averaged = {key: newest[key] for key in kept if key in newest}
-    averaged["run_config"] = newest.get("run_config")
+    carry_run_record(newest, averaged)
     averaged["state_dict"] = state
     averaged["averaged_from"] = [str(Path(p).resolve()) for p in paths]
     return averaged

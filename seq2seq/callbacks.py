@@ -12,6 +12,8 @@ from typing import Any
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+from seq2seq.checkpoint import write_run_config
+
 log = logging.getLogger(__name__)
 
 
@@ -259,4 +261,4 @@ class SaveRunConfig(Callback):
         self.run_config = run_config
 
     def on_save_checkpoint(self, trainer: Any, pl_module: Any, checkpoint: dict) -> None:
-        checkpoint["run_config"] = self.run_config
+        write_run_config(checkpoint, self.run_config)

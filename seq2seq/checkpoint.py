@@ -3,7 +3,7 @@ safely (tensors and plain values only, with clear errors).
 
 Lightning writes state_dict, hyper_parameters (the module's plain-value arguments, the
 tokenizers included), epoch, global_step, optimizer, scheduler, loop and callback states. This
-project adds (RunState.save; the run config, callbacks.SaveRunConfig):
+project adds (RunState.save; write_run_config, which callbacks.SaveRunConfig calls):
 
     seq2seq_format     FORMAT_VERSION; files written before it existed have none and read as
                        format 0, which holds the same keys
@@ -14,8 +14,9 @@ project adds (RunState.save; the run config, callbacks.SaveRunConfig):
     rng_states         torch's (and CUDA's) random states: dropout after a resume draws what an
                        uninterrupted run would have drawn
 
-A file of a newer format is refused in one line naming its version. A change to these keys
-bumps FORMAT_VERSION and teaches load_checkpoint to read the older formats.
+The tools read them through run_record (inspect) and carry_run_record (average). A file of a
+newer format is refused in one line naming its version. A change to these keys bumps
+FORMAT_VERSION and teaches load_checkpoint to read the older formats.
 
 A checkpoint is a pickle file, and unpickling can run arbitrary code. Everything here reads
 with ``torch.load(weights_only=True)``, which accepts tensors, numbers, strings, lists and dicts
@@ -36,10 +37,13 @@ __all__ = [
     "FORMAT_VERSION",
     "CheckpointError",
     "RunState",
+    "carry_run_record",
     "load_checkpoint",
     "load_for_evaluation",
     "load_module",
     "module_from_checkpoint",
+    "run_record",
+    "write_run_config",
 ]
 
 FORMAT_KEY = "seq2seq_format"
@@ -86,6 +90,28 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
             f"{FORMAT_VERSION}: use the seq2seq version that wrote it, or a newer one"
         )
     return checkpoint
+
+
+def run_record(checkpoint: dict[str, Any]) -> dict[str, Any]:
+    """This project's keys of a checkpoint as the tools read them (a file saved without them
+    reads as format 0, with no run config, metrics or signatures)."""
+    return {
+        "format": checkpoint.get(FORMAT_KEY, 0),
+        "last_metrics": checkpoint.get("metrics", {}),
+        "metric_signatures": checkpoint.get("metric_signatures", {}),  # sacreBLEU's
+        "run_config": checkpoint.get("run_config"),
+    }
+
+
+def carry_run_record(source: dict[str, Any], target: dict[str, Any]) -> None:
+    """Copy the format and run config of source into target (an averaged checkpoint)."""
+    for key in (FORMAT_KEY, "run_config"):
+        if key in source:
+            target[key] = source[key]
+
+
+def write_run_config(checkpoint: dict[str, Any], run_config: dict[str, Any]) -> None:
+    checkpoint["run_config"] = run_config
 
 
 class RunState:

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from seq2seq.checkpoint import FORMAT_KEY, load_checkpoint, load_module, module_from_checkpoint
+from seq2seq.checkpoint import load_checkpoint, load_module, module_from_checkpoint, run_record
 from seq2seq.curves import write_curves
 from seq2seq.data.tokenizer import clean
 
@@ -58,7 +58,6 @@ def report(path: str) -> dict[str, Any]:
     return {
         "file": str(Path(path).resolve()),
         "file_size_bytes": Path(path).stat().st_size,
-        "format": checkpoint.get(FORMAT_KEY, 0),  # seq2seq.checkpoint's format version
         "epoch": checkpoint.get("epoch"),
         "global_step": checkpoint.get("global_step"),
         "has_optimizer_state": bool(checkpoint.get("optimizer_states")),
@@ -70,9 +69,7 @@ def report(path: str) -> dict[str, Any]:
             "tgt_vocab_size": len(module.tgt_vocab),
         },
         "best_metric": best,
-        "last_metrics": checkpoint.get("metrics", {}),
-        "metric_signatures": checkpoint.get("metric_signatures", {}),  # sacreBLEU's
-        "run_config": checkpoint.get("run_config"),
+        **run_record(checkpoint),  # format, last_metrics, metric_signatures, run_config
     }
 
 
@@ -109,8 +106,9 @@ def diff(path_a: str, path_b: str) -> list[str]:
     """Lines naming each config value and parameter tensor that differs between two files."""
     a, b = load_checkpoint(path_a), load_checkpoint(path_b)
     lines = []
-    config_a = flatten({"hparams": a["hyper_parameters"], "run": a.get("run_config") or {}})
-    config_b = flatten({"hparams": b["hyper_parameters"], "run": b.get("run_config") or {}})
+    run_a, run_b = run_record(a)["run_config"] or {}, run_record(b)["run_config"] or {}
+    config_a = flatten({"hparams": a["hyper_parameters"], "run": run_a})
+    config_b = flatten({"hparams": b["hyper_parameters"], "run": run_b})
     for key in sorted(set(config_a) | set(config_b)):
         if key.startswith(("hparams.src_vocab", "hparams.tgt_vocab")):
             continue  # compared as a whole below
