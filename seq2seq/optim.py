@@ -15,6 +15,8 @@ import torch
 from torch import Tensor
 from torch.optim.lr_scheduler import LambdaLR
 
+from seq2seq.callbacks import TimeBudget
+
 log = logging.getLogger(__name__)
 
 SCHEDULES = ("inverse_sqrt", "cosine", "constant")
@@ -66,8 +68,6 @@ def adamw_with_schedule(
     min_lr_ratio). trainer: the run's (its step count, a TimeBudget's clock, the precision);
     None for a module used alone.
     """
-    from seq2seq.callbacks import TimeBudget
-
     parameters = list(parameters)
     # Decay matrices (weights of linear maps and embeddings), not biases or norm gains.
     decay = [p for p in parameters if p.dim() >= 2]
