@@ -48,8 +48,9 @@ class TrainingConfig:
     (DecodingConfig): each field's default, meaning and check, in one place.
 
     They reach the module flat (model.lr, ... in configs/model/*.yaml) and are saved flat in
-    checkpoints as Lightning's hyperparameters; hparams() checks them and fills in defaults. A
-    new hyperparameter is a field here (checked in __post_init__) and its line in the YAML.
+    checkpoints as Lightning's hyperparameters; complete_hparams() checks them and fills in
+    defaults. A new hyperparameter is a field here (checked in __post_init__) and its line in
+    the YAML.
     """
 
     lr: float = 1e-3  # peak learning rate
@@ -97,7 +98,7 @@ class TrainingConfig:
 TRAINING_KEYS = tuple(field.name for field in fields(TrainingConfig))
 
 
-def hparams(net: Any, given: Mapping[str, Any]) -> dict[str, Any]:
+def complete_hparams(net: Any, given: Mapping[str, Any]) -> dict[str, Any]:
     """The module's hyperparameters as it saves them: net, then the given settings checked and
     the rest at their defaults (TrainingConfig's and DecodingConfig's fields, flat). An unknown
     name is refused."""
@@ -130,7 +131,7 @@ class Seq2SeqModule(L.LightningModule):
     ) -> None:
         super().__init__()
         vocabs = {"src_vocab": src_vocab, "tgt_vocab": tgt_vocab}
-        self.save_hyperparameters({**hparams(net, given), **vocabs})
+        self.save_hyperparameters({**complete_hparams(net, given), **vocabs})
         self.src_vocab = tokenizer_from_dict(src_vocab)
         self.tgt_vocab = tokenizer_from_dict(tgt_vocab)
         v = self.tgt_vocab

@@ -48,11 +48,11 @@ def check_config(cfg: DictConfig) -> Any:
 def check_model_config(model: DictConfig) -> None:
     """The module's and the model's checks, on the config alone (vocabulary sizes aside)."""
     from seq2seq.model import ModelConfig
-    from seq2seq.module import hparams
+    from seq2seq.module import complete_hparams
 
     given = OmegaConf.to_container(model, resolve=True)
     settings = {k: v for k, v in given.items() if not k.startswith("_")}
-    net = hparams(settings.pop("net", None), settings)["net"]
+    net = complete_hparams(settings.pop("net", None), settings)["net"]
     ModelConfig(src_vocab_size=8, tgt_vocab_size=8, **net)
 
 
