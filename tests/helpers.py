@@ -28,12 +28,12 @@ def compose_train(tmp_path: Path, data_dir: Path, overrides: list[str]) -> DictC
     return cfg
 
 
-SYNTHETIC = ("copy", "reverse", "sort")
+SYMBOL_TASKS = ("copy", "reverse", "sort")
 
 
 def small_data(option: str, tmp_path: Path) -> list[str]:
     """Overrides that make data option `option` small enough for a test run."""
-    if option in (*SYNTHETIC, "numbers", "dates"):  # generated: the corpus has the sizes
+    if option in (*SYMBOL_TASKS, "numbers", "dates"):  # generated: the corpus has the sizes
         return ["data.corpus.train_size=256", "data.corpus.val_size=32", "data.corpus.test_size=32"]
     if option == "parallel_files":
         path = tmp_path / "pairs.tsv"

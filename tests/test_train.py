@@ -13,7 +13,7 @@ import pytest
 import torch
 from helpers import (
     CONFIG_DIR,
-    SYNTHETIC,
+    SYMBOL_TASKS,
     compose_train,
     experiment_data,
     run_train_cli,
@@ -73,7 +73,7 @@ def test_every_config_group_composes_and_instantiates(
 
 @pytest.mark.parametrize(
     ("data", "model"),
-    [(data, model) for data in SYNTHETIC for model in GROUPS["model"]]
+    [(data, model) for data in SYMBOL_TASKS for model in GROUPS["model"]]
     + [(data, "tiny") for data in ("numbers", "dates", "parallel_files")],
 )
 def test_fast_dev_run_for_every_task_and_size(
