@@ -52,7 +52,8 @@ def check_model_config(model: DictConfig) -> None:
 
     given = OmegaConf.to_container(model, resolve=True)
     settings = {k: v for k, v in given.items() if not k.startswith("_")}
-    net = complete_hparams(settings.pop("net", None), settings)["net"]
+    net = settings.pop("net", None)
+    complete_hparams(net, settings)  # every module setting, and that net is a mapping
     ModelConfig(src_vocab_size=8, tgt_vocab_size=8, **net)
 
 
