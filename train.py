@@ -23,7 +23,8 @@ from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from seq2seq.launch import check_command_line, root_cause  # registers the configs' resolvers
+# Importing seq2seq.launch registers the configs' resolvers.
+from seq2seq.launch import check_command_line, root_cause, with_run_overrides
 from seq2seq.preflight import check_config, check_output_dir, check_same_model, checkpoint_to_resume
 from seq2seq.report import report
 from seq2seq.score import signatures
@@ -144,8 +145,9 @@ def main(cfg: DictConfig) -> float | None:
 
 
 def cli() -> None:
-    """`python train.py ...`: one line for a plain command line that does not compose or check
-    out, then Hydra's main."""
+    """`python train.py ...`: a resume's command line gets the run's own overrides first; one
+    line for a plain command line that does not compose or check out; then Hydra's main."""
+    sys.argv[1:] = with_run_overrides(sys.argv[1:])
     check_command_line(sys.argv[1:], CONFIG_DIR)
     main()
 

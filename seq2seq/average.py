@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from seq2seq.checkpoint import CheckpointError, carry_run_record, load_checkpoint
+from seq2seq.cli import ArgumentParser, run_tool, written_whole
 
 log = logging.getLogger("train")  # average_last_validations reports in the run's log
 RECENT = "recent-step*.ckpt"  # configs/callbacks/default.yaml: recent_checkpoints
@@ -88,11 +89,12 @@ def write_average(paths: Sequence[str | Path], out: str | Path) -> Path:
     out = Path(out)
     if out.resolve() in {Path(p).resolve() for p in paths}:
         raise ValueError(f"--out {out} is one of the checkpoints to average: choose a new file")
+    if out.is_dir():
+        raise ValueError(f"--out {out} is a directory: give the file to write, e.g. {out}/avg.ckpt")
     averaged = average_checkpoints(paths)
     out.parent.mkdir(parents=True, exist_ok=True)
-    partial = out.with_name(out.name + ".part")  # whole or not at all, as Lightning saves
-    torch.save(averaged, partial)
-    partial.replace(out)
+    with written_whole(out) as part, part.open("wb") as f:  # whole or not at all
+        torch.save(averaged, f)  # through a file object: a full disk is an OSError then
     return out
 
 
@@ -114,7 +116,7 @@ def average_last_validations(run_dir: Path, n: int, trainer: Any) -> str | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="python -m seq2seq.average",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -125,7 +127,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "RUN_DIR/checkpoints/average-lastN.ckpt)")  # fmt: skip
     parser.add_argument("--debug", action="store_true", help="show the traceback of an error")
     args = parser.parse_args(argv)
-    try:
+
+    def work() -> None:
         if args.last is not None:
             if len(args.paths) != 1:
                 raise ValueError(f"--last takes one run directory, got {len(args.paths)} paths")
@@ -137,13 +140,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 raise ValueError("give the file to write: --out FILE")
             paths, out = args.paths, args.out
         written = write_average(paths, out)
-    except ValueError as error:  # CheckpointError included
-        if args.debug:
-            raise
-        print(f"error: {error}", file=sys.stderr)
-        return 1
-    print(f"averaged {len(paths)} checkpoints into {written}")
-    return 0
+        print(f"averaged {len(paths)} checkpoints into {written}")
+
+    return run_tool(work, args.debug)
 
 
 if __name__ == "__main__":

@@ -68,3 +68,13 @@ def choice(name: str, value: Any, options: tuple[Any, ...]) -> Any:
             f"{name} must be one of {', '.join(map(str, options))}, got {describe(value)}"
         )
     return value
+
+
+def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
+    """{"a": {"b": 1}} -> {"a.b": 1} (lists stay values), for reading and diffing configs."""
+    if isinstance(tree, dict):
+        out: dict[str, Any] = {}
+        for key, value in tree.items():
+            out.update(flatten(value, f"{prefix}{key}."))
+        return out
+    return {prefix[:-1]: tree}

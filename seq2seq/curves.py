@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from seq2seq.cli import written_whole
+
 TIME = "time/train_s"  # training time at each logged step (Seq2SeqModule.training_step)
 VALIDATION = ("val/chrf", "val/bleu", "val/exact_match")
 
@@ -31,9 +33,15 @@ def read_metrics(run_dir: str | Path) -> list[dict[str, float]]:
         )
     rows = []
     for path in files:
-        with open(path) as f:
-            for row in csv.DictReader(f):
-                rows.append({k: float(v) for k, v in row.items() if v not in ("", None)})
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for number, row in enumerate(csv.DictReader(f), 2):
+                try:
+                    rows.append({k: float(v) for k, v in row.items() if v not in ("", None)})
+                except (TypeError, ValueError):
+                    raise ValueError(
+                        f"{path} line {number} is not a row of numbers (the file is damaged): "
+                        "delete the line, or the file"
+                    ) from None
     return rows
 
 
@@ -108,7 +116,8 @@ def write_curves(run_dir: str | Path, out: str | Path | None = None) -> Path:
     run_dir = Path(run_dir)
     out = Path(out) if out else run_dir / "curves.png"
     figure = curves_figure({run_dir.name: read_metrics(run_dir)}, title=str(run_dir))
-    figure.savefig(out, dpi=100)
+    with written_whole(out) as part:
+        figure.savefig(part, dpi=100, format=out.suffix[1:] or "png")
     return out
 
 

@@ -28,6 +28,7 @@ import torch
 
 from seq2seq import __version__
 from seq2seq.checkpoint import load_module
+from seq2seq.cli import ArgumentParser, run_tool, written_whole
 from seq2seq.data.tokenizer import save_tokenizer
 from seq2seq.model import SinusoidalPositions
 
@@ -202,8 +203,13 @@ def export(
             f"--quantization must be one of {', '.join(QUANTIZATIONS)}, got {quantization!r}"
         )
     out = Path(out)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not force:
-        raise ValueError(f"{out} exists and is not an empty directory; pick another --out")
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out} is a file, not a directory: pick another --out")
+    if out.exists() and any(out.iterdir()) and not force:
+        raise ValueError(
+            f"{out} exists and is not an empty directory; pick another --out, or replace it "
+            "with --force"
+        )
     import_ctranslate2()  # before the checkpoint is read: the missing extra is the first error
     ckpt = Path(ckpt)
     module = load_module(ckpt)
@@ -214,18 +220,12 @@ def export(
 def write_export(
     module: Any, out: Path, quantization: str = "float32", source: dict | None = None
 ) -> Path:
-    """Write a Seq2SeqModule as a CTranslate2 model directory (files already in out of the
-    same names are replaced); source says where the module came from."""
+    """Write a Seq2SeqModule as a CTranslate2 model directory, whole or not at all (an
+    existing `out` is replaced once the new one is complete); source says where the module
+    came from."""
     spec = model_spec(module)  # refuses what cannot be exported before anything is written
     spec.validate()
     spec.optimize(quantization=quantization)
-    out.mkdir(parents=True, exist_ok=True)
-    for name in ("model.bin", "config.json", "shared_vocabulary.json",
-                 "source_vocabulary.json", "target_vocabulary.json"):  # fmt: skip
-        (out / name).unlink(missing_ok=True)
-    spec.save(str(out))
-    save_tokenizer(module.src_vocab, out / "src_tokenizer.json")
-    save_tokenizer(module.tgt_vocab, out / "tgt_tokenizer.json")
     about = {
         "format": EXPORT_FORMAT,
         "seq2seq_version": __version__,
@@ -234,12 +234,17 @@ def write_export(
         "model": module.config.to_dict(),
         "decoding": module.decoding.to_dict(),
     }
-    (out / EXPORT_FILE).write_text(json.dumps(about, indent=2) + "\n", encoding="utf-8")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with written_whole(out, directory=True) as part:
+        spec.save(str(part))
+        save_tokenizer(module.src_vocab, part / "src_tokenizer.json")
+        save_tokenizer(module.tgt_vocab, part / "tgt_tokenizer.json")
+        (part / EXPORT_FILE).write_text(json.dumps(about, indent=2) + "\n", encoding="utf-8")
     return out
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="python -m seq2seq.export",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -250,23 +255,20 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--quantization", default="float32", choices=QUANTIZATIONS,
         help="weight type in the export (default float32: the checkpoint's weights as they are)",
     )  # fmt: skip
-    parser.add_argument("--force", action="store_true", help="overwrite a non-empty --out")
+    parser.add_argument("--force", action="store_true", help="replace a non-empty --out")
     parser.add_argument("--debug", action="store_true", help="show an error's traceback")
     return parser.parse_args(argv)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    try:
+
+    def work() -> None:
         out = export(args.ckpt, args.out, args.quantization, args.force)
-    except (ValueError, OSError) as error:  # CheckpointError is a ValueError
-        if args.debug:
-            raise
-        print(f"error: {error}", file=sys.stderr)
-        return 1
-    print(f"wrote {out} ({args.quantization}); translate with:")
-    print(f'  python -m seq2seq.translate --model {out} "..."')
-    return 0
+        print(f"wrote {out} ({args.quantization}); translate with:")
+        print(f'  python -m seq2seq.translate --model {out} "..."')
+
+    return run_tool(work, args.debug)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ from argparse import Namespace
 from pathlib import Path
 from typing import Any
 
+from seq2seq import checks
 from seq2seq.data.tokenizer import load_tokenizer
 from seq2seq.decoding import DecodingConfig
 from seq2seq.export import EXPORT_FILE, EXPORT_FORMAT, import_ctranslate2, token_strings
@@ -43,10 +44,13 @@ class ExportedModel:
         ctranslate2 = import_ctranslate2()
         path = Path(path)
         about = read_export(path)
-        self.src_vocab = load_tokenizer(path / "src_tokenizer.json")
-        self.tgt_vocab = load_tokenizer(path / "tgt_tokenizer.json")
+        self.src_vocab = _tokenizer(path / "src_tokenizer.json")
+        self.tgt_vocab = _tokenizer(path / "tgt_tokenizer.json")
         self.max_positions: int = about["model"]["max_positions"]
-        self.decoding = DecodingConfig(**about["decoding"])
+        try:
+            self.decoding = DecodingConfig(**about["decoding"])
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"{path / EXPORT_FILE} has bad decoding settings: {error}") from None
         self._src_tokens = token_strings(self.src_vocab)
         self._tgt_ids = {token: i for i, token in enumerate(token_strings(self.tgt_vocab))}
         kind, _, index = device.partition(":")
@@ -116,4 +120,21 @@ def read_export(path: Path) -> dict[str, Any]:
         raise ValueError(
             f"{path} is export format {found!r}; this version reads format {EXPORT_FORMAT}: {hint}"
         )
+    model, decoding = about.get("model"), about.get("decoding")
+    if not (isinstance(model, dict) and checks.is_integer(model.get("max_positions"))):
+        raise ValueError(f"{about_path} lacks model.max_positions (an integer): {hint} again")
+    if not isinstance(decoding, dict):
+        raise ValueError(f"{about_path} lacks its decoding settings: {hint} again")
     return about
+
+
+def _tokenizer(path: Path) -> Any:
+    """A tokenizer file of the export, with one-line errors naming it."""
+    hint = f"export the checkpoint again (python -m seq2seq.export CKPT --out {path.parent})"
+    if not path.is_file():
+        raise ValueError(f"{path} is missing: {hint}")
+    try:
+        return load_tokenizer(path)
+    except Exception as error:  # bad JSON, missing keys, the tokenizers library's own errors
+        detail = " ".join(str(error).split())[:200]
+        raise ValueError(f"{path} is not a readable tokenizer ({detail}): {hint}") from None

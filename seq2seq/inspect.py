@@ -22,20 +22,12 @@ from typing import Any
 import torch
 
 from seq2seq.checkpoint import load_checkpoint, load_module, module_from_checkpoint, run_record
+from seq2seq.checks import flatten
+from seq2seq.cli import ArgumentParser, run_tool, written_whole
 from seq2seq.curves import write_curves
 from seq2seq.data.tokenizer import clean
 
 # Not the standard library's `inspect`: run as `python -m seq2seq.inspect`.
-
-
-def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
-    """{"a": {"b": 1}} -> {"a.b": 1}, for reading and diffing nested configs."""
-    if isinstance(tree, dict):
-        out: dict[str, Any] = {}
-        for key, value in tree.items():
-            out.update(flatten(value, f"{prefix}{key}."))
-        return out
-    return {prefix[:-1]: tree}
 
 
 def parameter_counts(module: torch.nn.Module) -> dict[str, int]:
@@ -162,13 +154,14 @@ def plot_attention(path: str, text: str, out: str) -> int:
         output_tokens=[vocab_out.token_label(i) for i in tgt_in[0].tolist()],
         title=f"{text!r} -> {vocab_out.decode(output)!r}",
     )
-    figure.savefig(out, dpi=100, bbox_inches="tight")
+    with written_whole(out) as part:
+        figure.savefig(part, dpi=100, bbox_inches="tight", format=Path(out).suffix[1:] or "png")
     print(f"wrote {out}: {len(figure.axes) - 1} heat maps, output {vocab_out.decode(output)!r}")
     return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="python -m seq2seq.inspect",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -187,7 +180,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.diff != (len(args.checkpoints) == 2) or len(args.checkpoints) > 2:
         parser.error("give one checkpoint, or two with --diff")
-    try:
+
+    def work() -> int:
         if args.diff:
             lines = diff(*args.checkpoints)
             print("\n".join(lines) if lines else "no differences")
@@ -200,12 +194,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(json.dumps(report(args.checkpoints[0]), indent=2))
         else:
             print_report(report(args.checkpoints[0]))
-    except (ValueError, OSError) as error:  # CheckpointError is a ValueError
-        if args.debug:
-            raise
-        print(f"error: {error}", file=sys.stderr)
-        return 1
-    return 0
+        return 0
+
+    return run_tool(work, args.debug)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,13 @@ from omegaconf import OmegaConf
 
 from seq2seq.preflight import check_config, check_run_dir_is_new, checkpoint_to_resume
 
-__all__ = ["check_command_line", "command_line_error", "resumed_run", "root_cause"]
+__all__ = [
+    "check_command_line",
+    "command_line_error",
+    "resumed_run",
+    "root_cause",
+    "with_run_overrides",
+]
 
 
 def resumed_run(train: bool, resume: str | None, ckpt_path: str | None) -> Path | None:
@@ -29,6 +35,50 @@ def resumed_run(train: bool, resume: str | None, ckpt_path: str | None) -> Path 
     if ckpt_path and Path(ckpt_path).parent.name == "checkpoints":
         return Path(ckpt_path).parent.parent
     return None
+
+
+def override_key(override: str) -> str:
+    """The key a command-line override sets: "+model.x=1" -> "model.x", "~data.y" -> "data.y"."""
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def with_run_overrides(args: list[str]) -> list[str]:
+    """A resume's command line with the run's own overrides put first.
+
+    `python train.py resume=RUN` continues RUN as it was configured: the overrides its last
+    start was given (RUN/.hydra/overrides.yaml, or the newest .hydra/resume-*/overrides.yaml)
+    come first, and the command line's own follow them and win. Whether what the command
+    line changes may change on a resume is preflight.check_resume's to say. Any other
+    command line comes back as it is.
+    """
+    import yaml
+
+    given = dict(arg.split("=", 1) for arg in args if "=" in arg and not arg.startswith("-"))
+    resume, ckpt_path = (given.get(key) for key in ("resume", "ckpt_path"))
+    train = given.get("train", "true").lower() != "false"
+    run_dir = resumed_run(
+        train, None if resume in ("", "null") else resume,
+        None if ckpt_path in ("", "null") else ckpt_path,
+    )  # fmt: skip
+    if run_dir is None:
+        return args
+    saved_files = [run_dir / ".hydra" / "overrides.yaml"]
+    saved_files += sorted((run_dir / ".hydra").glob("resume-*/overrides.yaml"))
+    saved_files = [path for path in saved_files if path.is_file()]
+    if not saved_files:
+        return args  # a run made without Hydra's files: the command line is the config
+    try:
+        saved = yaml.safe_load(saved_files[-1].read_text(encoding="utf-8")) or []
+    except (OSError, yaml.YAMLError):
+        return args  # preflight compares the config with the checkpoint's all the same
+    mine = {override_key(arg) for arg in args}
+    kept = [
+        override
+        for override in saved
+        if isinstance(override, str)
+        and override_key(override) not in {"resume", "ckpt_path", "train", *mine}
+    ]
+    return [*kept, *args]
 
 
 # Used by configs/hydra/default.yaml. ${pid:} in run directory names: two runs started in the

@@ -35,7 +35,9 @@ def check_config(cfg: DictConfig) -> Any:
     (not yet set up) data module, which a bad data value fails to construct."""
     check_model_config(cfg.model)
     check_trainer_config(cfg.trainer)
-    checkpoint_to_resume(cfg)
+    resume_from = checkpoint_to_resume(cfg)
+    if resume_from and cfg.train:
+        check_resume(cfg, resume_from)
     checks.integer("average_last", cfg.get("average_last", 0), minimum=0)
     if not cfg.train and not cfg.get("ckpt_path"):
         raise ValueError("train=false needs a checkpoint to evaluate: add ckpt_path=PATH")
@@ -85,10 +87,11 @@ def check_trainer_config(trainer: DictConfig) -> None:
         if value(key) is not None:
             checks.integer(f"trainer.{key}", value(key), minimum=0)
     max_time = value("max_time")
-    if max_time is not None and not (isinstance(max_time, str) and MAX_TIME.match(max_time)):
+    is_duration = isinstance(max_time, str) and MAX_TIME.match(max_time)
+    if max_time is not None and not (is_duration and set(max_time) != {"0", ":"}):
         raise ValueError(
-            "trainer.max_time must be a duration DD:HH:MM:SS (e.g. 00:00:30:00 for 30 "
-            f"minutes), got {checks.describe(max_time)}"
+            "trainer.max_time must be a duration DD:HH:MM:SS longer than 0 (e.g. 00:00:30:00 "
+            f"for 30 minutes; null for no time limit), got {checks.describe(max_time)}"
         )
     _check_devices(value("devices"))
     if value("precision") not in PRECISIONS:
@@ -128,6 +131,73 @@ def checkpoint_to_resume(cfg: DictConfig) -> str | None:
     if path and not Path(path).is_file():
         raise ValueError(f"checkpoint {path} does not exist: check ckpt_path or resume")
     return path
+
+
+# What a resume may change: limits that extend (or end) the run, the devices it runs on, and
+# what is logged, loaded in parallel or tested at the end. Anything else the run's checkpoint
+# recorded (data, model, seed, optimizer, schedule, the other trainer settings) is refused.
+RESUME_MAY_CHANGE = (
+    "trainer.max_epochs", "trainer.max_steps", "trainer.max_time", "trainer.devices",
+    "trainer.num_nodes", "trainer.log_every_n_steps", "trainer.enable_progress_bar",
+    "trainer.enable_model_summary", "trainer.profiler", "data.num_workers", "data.pin_memory",
+    "model.log_examples", "callbacks.progress_bar", "callbacks.lr_monitor", "test",
+    "average_last", "callbacks.recent_checkpoints.save_top_k",
+)  # fmt: skip
+# Where the run is and what it logs to: a moved run directory or another logger is no change.
+RESUME_IGNORES = ("paths", "logger", "hydra", "resume", "ckpt_path", "task_name")
+PATH_KEYS = ("dirpath", "save_dir", "default_root_dir", "data_dir")
+
+
+def check_resume(cfg: DictConfig, path: str) -> None:
+    """A checkpoint to resume must hold a training state, and the config must be the run's
+    own (RESUME_MAY_CHANGE aside), as the checkpoint recorded it."""
+    from seq2seq.checkpoint import CheckpointError, load_checkpoint, run_record
+
+    run_dir = Path(path).parent.parent
+    try:
+        checkpoint = load_checkpoint(path)
+    except CheckpointError as error:
+        others = sorted(p.name for p in Path(path).parent.glob("*.ckpt") if str(p) != path)
+        hint = f"; the run's other checkpoints: {', '.join(others)}" if others else ""
+        raise CheckpointError(
+            f"{error}: resume from another checkpoint with ckpt_path=PATH{hint}"
+        ) from None
+    if not checkpoint.get("optimizer_states") or "loops" not in checkpoint:
+        what = "an average of checkpoints" if "averaged_from" in checkpoint else "weights only"
+        raise CheckpointError(
+            f"{path} cannot be resumed: it holds no optimizer state or training position "
+            f"({what}); resume from the run's last.ckpt, or test it with train=false "
+            f"ckpt_path={path}"
+        )
+    saved = run_record(checkpoint)["run_config"]
+    if saved is None:
+        return  # a checkpoint written before runs saved their config: the model check remains
+    recorded = checks.flatten(saved)
+    given = checks.flatten(OmegaConf.to_container(cfg, resolve=False))
+    # Shallow keys first: seed=1 is reported as seed, not as the data.seed it also sets.
+    for key in sorted(set(recorded) | set(given), key=lambda k: (k.count("."), k)):
+        if _ignored_on_resume(key):
+            continue
+        now = OmegaConf.select(cfg, key, default=None, throw_on_resolution_failure=False)
+        now = OmegaConf.to_container(now, resolve=True) if OmegaConf.is_config(now) else now
+        if key in recorded and now == recorded[key]:
+            continue
+        then = recorded.get(key, "<not set>")
+        raise ValueError(
+            f"{key}={now} differs from the run being resumed ({key}={then} in {path}): a "
+            "resume continues the run as configured and may change only "
+            f"{', '.join(RESUME_MAY_CHANGE[:5])} and logging; start a new run for other "
+            f"settings (the run's own overrides: {run_dir}/.hydra/overrides.yaml)"
+        )
+
+
+def _ignored_on_resume(key: str) -> bool:
+    def under(prefix: str) -> bool:
+        return key == prefix or key.startswith(prefix + ".")
+
+    if any(map(under, RESUME_IGNORES)) or any(map(under, RESUME_MAY_CHANGE)):
+        return True
+    return key.rsplit(".", 1)[-1] in PATH_KEYS
 
 
 def check_run_dir_is_new(run_dir: Path, resuming: bool) -> None:

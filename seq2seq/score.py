@@ -12,7 +12,6 @@ against 84.26 on 500 Tatoeba sentences, as it has no effective order.)
 
 from __future__ import annotations
 
-import argparse
 import functools
 import json
 import sys
@@ -87,19 +86,18 @@ def _check_pairs(hypotheses: Sequence[str], references: Sequence[str]) -> None:
 
 
 def read_lines(path: str | Path) -> list[str]:
-    from seq2seq.data.tokenizer import decode_line
+    from seq2seq.data.tokenizer import text_lines
 
     path = Path(path)
     if not path.is_file():
-        raise ValueError(f"{path} does not exist: give a file with one sentence a line")
-    raw = path.read_bytes().split(b"\n")
-    if raw and raw[-1] == b"":
-        raw.pop()  # the last line's end
-    return [decode_line(line, str(path), number) for number, line in enumerate(raw, 1)]
+        raise ValueError(f"{path} is not a file: give a file with one sentence a line")
+    return text_lines(path.read_bytes(), str(path))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    from seq2seq.cli import ArgumentParser, run_tool
+
+    parser = ArgumentParser(
         prog="python -m seq2seq.score",
         description="Re-score hypotheses against references under the common BLEU and chrF "
         "conventions (cased and lower-cased, 13a and intl tokenizers, chrF and chrF++), each "
@@ -111,21 +109,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
     parser.add_argument("--debug", action="store_true", help="show the traceback of an error")
     args = parser.parse_args(argv)
-    try:
-        rows = rescore(read_lines(args.hypotheses), read_lines(args.references))
-    except ValueError as error:
-        if args.debug:
-            raise
-        print(f"error: {error}", file=sys.stderr)
-        return 1
-    if args.json:
-        print(json.dumps(rows, indent=2))
-        return 0
-    width = max(len(row["name"]) for row in rows)
-    for row in rows:
-        name, score, signature = row["name"], row["score"], row["signature"]
-        print(f"{name:<{width}}  {score:6.2f}  {signature}  ({row['meaning']})")
-    return 0
+
+    def work() -> None:
+        hypotheses, references = read_lines(args.hypotheses), read_lines(args.references)
+        if not references:
+            raise ValueError(f"{args.references} has no lines: there is nothing to score")
+        rows = rescore(hypotheses, references)
+        if args.json:
+            print(json.dumps(rows, indent=2))
+            return
+        width = max(len(row["name"]) for row in rows)
+        for row in rows:
+            name, score, signature = row["name"], row["score"], row["signature"]
+            print(f"{name:<{width}}  {score:6.2f}  {signature}  ({row['meaning']})")
+
+    return run_tool(work, args.debug)
 
 
 if __name__ == "__main__":

@@ -14,15 +14,18 @@ CTranslate2 (pip install -e ".[export]"): same tokenizers, options and output.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from torch import Tensor
 
 from seq2seq.checkpoint import load_module
-from seq2seq.data.tokenizer import clean, decode_line
+from seq2seq.cli import ArgumentParser, run_tool
+from seq2seq.data.tokenizer import clean, text_lines
 from seq2seq.decoding import DecodingConfig, beam_search, greedy_decode, sample_decode
 
 
@@ -36,7 +39,7 @@ class Encoded:
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="python -m seq2seq.translate",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -66,15 +69,36 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--debug", action="store_true", help="show an error's traceback")
     args = parser.parse_args(argv)
-    if args.sample and (args.beam > 1 or args.n_best > 1):
-        parser.error("--sample draws one output per input: drop --beam and --n-best")
-    if args.batch_size < 1:
-        parser.error(f"--batch-size must be at least 1, got {args.batch_size}")
-    if args.max_len is not None and args.max_len < 1:
-        parser.error(f"--max-len must be at least 1, got {args.max_len}")
-    if args.compute_type is not None and args.ckpt:
-        parser.error("--compute-type is for a CTranslate2 --model; drop it with --ckpt")
+    problem = option_error(args)
+    if problem:
+        parser.error(problem)
     return args
+
+
+def option_error(args: argparse.Namespace) -> str | None:
+    """What is wrong with translate's options, in one line; None if nothing (both backends
+    get only options they can run)."""
+    for name in ("beam", "n_best", "batch_size", "max_len"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            return f"--{name.replace('_', '-')} must be at least 1, got {value}"
+    if args.sample and (args.beam > 1 or args.n_best > 1):
+        return "--sample draws one output per input: drop --beam and --n-best"
+    if args.n_best > args.beam:
+        return f"--n-best {args.n_best} needs a beam at least as wide: add --beam {args.n_best}"
+    if args.length_penalty is not None and not math.isfinite(args.length_penalty):
+        return f"--length-penalty must be a finite number, got {args.length_penalty}"
+    if not (math.isfinite(args.temperature) and args.temperature > 0):
+        return f"--temperature must be a positive number, got {args.temperature}"
+    if args.top_k < 0:
+        return f"--top-k must be 0 (all tokens) or more, got {args.top_k}"
+    if not 0 < args.top_p <= 1:
+        return f"--top-p must be in (0, 1], got {args.top_p}"
+    if args.seed < 0:
+        return f"--seed must be 0 or more, got {args.seed}"
+    if args.compute_type is not None and args.ckpt:
+        return "--compute-type is for a CTranslate2 --model; drop it with --ckpt"
+    return None
 
 
 def read_inputs(args: argparse.Namespace) -> list[str]:
@@ -82,11 +106,12 @@ def read_inputs(args: argparse.Namespace) -> list[str]:
     if args.texts:
         return list(args.texts)
     if args.input and args.input != "-":
-        with open(args.input, "rb") as f:
-            raw, source = f.read(), args.input
-    else:
-        raw, source = sys.stdin.buffer.read(), "standard input"
-    return [decode_line(line, source, n) for n, line in enumerate(raw.splitlines(), 1)]
+        if not Path(args.input).is_file():
+            raise ValueError(
+                f"--input {args.input} is not a file: give a file with one input a line"
+            )
+        return text_lines(Path(args.input).read_bytes(), args.input)
+    return text_lines(sys.stdin.buffer.read(), "standard input")
 
 
 def encode_inputs(lines: list[str], vocab, max_positions: int, truncate: bool) -> list[Encoded]:
@@ -126,7 +151,7 @@ class CheckpointModel:
     """
 
     def __init__(self, path: str, device: str = "cpu", seed: int = 0) -> None:
-        self.device = torch.device(device)
+        self.device = torch_device(device)
         self.module = load_module(path, map_location=self.device)
         self.src_vocab, self.tgt_vocab = self.module.src_vocab, self.module.tgt_vocab
         self.max_positions = self.module.config.max_positions
@@ -151,6 +176,23 @@ class CheckpointModel:
             list(zip(s, t, strict=True))
             for s, t in zip(scores.tolist(), tokens.tolist(), strict=True)
         ]
+
+
+def torch_device(name: str) -> torch.device:
+    """--device as a torch device that exists here, or a one-line error."""
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise ValueError(f"--device must be cpu, cuda, cuda:N or mps, got {name!r}") from None
+    available = {
+        "cpu": True,
+        "cuda": torch.cuda.is_available()
+        and (device.index is None or device.index < torch.cuda.device_count()),
+        "mps": torch.backends.mps.is_available(),
+    }
+    if not available.get(device.type, False):
+        raise ValueError(f"--device {name}: no such device on this machine; use --device cpu")
+    return device
 
 
 def load_model(args: argparse.Namespace):
@@ -198,16 +240,14 @@ def translate(args: argparse.Namespace) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    try:
+
+    def work() -> None:
         with torch.inference_mode():
-            for line in translate(args):
-                print(line)
-    except (ValueError, OSError) as error:  # CheckpointError is a ValueError
-        if args.debug:
-            raise
-        print(f"error: {error}", file=sys.stderr)
-        return 1
-    return 0
+            outputs = translate(args)
+        print("\n".join(outputs), end="\n" if outputs else "")  # all or nothing: one write
+        sys.stdout.flush()
+
+    return run_tool(work, args.debug)
 
 
 if __name__ == "__main__":

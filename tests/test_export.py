@@ -11,19 +11,21 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import subprocess
 import sys
 from argparse import Namespace
 from pathlib import Path
 
 import pytest
 import torch
-from helpers import compose_train
+from helpers import ROOT, compose_train
 
 from seq2seq import export as export_cli
 from seq2seq import translate as translate_cli
 from seq2seq.checkpoint import load_module
 from seq2seq.decoding import beam_search, greedy_decode
-from seq2seq.export import export, write_export
+from seq2seq.export import export, model_spec, write_export
 from seq2seq.exported import ExportedModel
 from seq2seq.module import Seq2SeqModule
 from train import train
@@ -225,15 +227,71 @@ def test_export_writes_what_translating_needs(checkpoints, exports) -> None:
     assert config["layer_norm_epsilon"] == pytest.approx(1e-5)
 
 
-def test_int8_export_loads_and_mostly_agrees(checkpoints, exports, tmp_path, capsys) -> None:
+def spec_arrays(module, quantization: str) -> dict:
+    """The arrays CTranslate2 writes to model.bin for the module, under a quantization
+    (aliases of another array left out)."""
+    import numpy as np
+
+    spec = model_spec(module)
+    spec.validate()
+    spec.optimize(quantization=quantization)
+    arrays = {}
+    for name, value in spec.variables().items():
+        if not isinstance(value, str):
+            arrays[name] = value.numpy() if hasattr(value, "numpy") else np.asarray(value)
+    return arrays
+
+
+def test_int8_export_rounds_each_weight_to_within_half_a_step(checkpoints) -> None:
+    """What the int8 file holds, on any CPU: every weight matrix as int8 with a scale a row,
+    each weight ours to within half a quantization step (CTranslate2 scales a row's largest
+    magnitude to 127 and rounds)."""
+    import numpy as np
+
+    module = load_module(checkpoints["copy"])
+    full, int8 = spec_arrays(module, "float32"), spec_arrays(module, "int8")
+    quantized = [name for name in int8 if f"{name}_scale" in int8]
+    # Both embeddings, the output projection, 4 products an encoder layer (fused q/k/v, out,
+    # 2 feed-forward) and 7 a decoder layer (self q/k/v, out; cross q, k/v, out; 2 ff).
+    layers = module.config.num_encoder_layers, module.config.num_decoder_layers
+    assert len(quantized) == 3 + 4 * layers[0] + 7 * layers[1], quantized
+    for name in quantized:
+        assert int8[name].dtype == np.int8, name
+        scale = int8[f"{name}_scale"].astype(np.float64)[:, None]
+        error = np.abs(full[name].astype(np.float64) - int8[name] / scale)
+        assert (error <= 0.5 / scale + 1e-7).all(), name
+        used = np.abs(int8[name]).max(axis=1)[np.abs(full[name]).max(axis=1) > 0]
+        assert (used == 127).all(), name  # every row uses the range (the <pad> row is zeros)
+
+
+INT8_ISAS = {"this CPU's": {}, "AVX2 (no VNNI)": {"ONEDNN_MAX_CPU_ISA": "AVX2"}}
+
+
+@pytest.mark.parametrize("isa", list(INT8_ISAS))
+def test_int8_export_copies_as_the_trained_model_does(isa, checkpoints, exports, tmp_path) -> None:
+    """The int8 export of a confidently trained model (the copy task, 99.6% exact match) still
+    copies. On its own kernels, as a user runs it: `translate --model` in a process whose
+    oneDNN is held to this CPU's best instructions, then to AVX2, where int8 products go
+    through 16-bit sums that saturate (there a briefly trained char model agreed with float32
+    on 4 outputs of 100, against 82 with VNNI). Measured on the copy model: 300 and 291 of
+    300 in-distribution inputs copied."""
     out = tmp_path / "int8"
-    assert export_cli.main([checkpoints["char"], "--out", str(out), "--quantization", "int8"]) == 0
-    assert (out / "model.bin").stat().st_size < (exports["char"] / "model.bin").stat().st_size / 2
-    module = load_module(checkpoints["char"])
-    rows = text_sources(module, "char", 100)
-    int8, full = (ct2_translate(path, rows, max_len=64) for path in (out, exports["char"]))
-    agree = sum(a[0][1] == b[0][1] for a, b in zip(int8, full, strict=True))
-    assert agree >= 60, f"int8 agrees with float32 on {agree} of 100"  # reported, not equal
+    assert export_cli.main([checkpoints["copy"], "--out", str(out), "--quantization", "int8"]) == 0
+    assert (out / "model.bin").stat().st_size < (exports["copy"] / "model.bin").stat().st_size / 2
+    generator = torch.Generator().manual_seed(0)
+    lengths = torch.randint(1, 7, (300,), generator=generator).tolist()  # as trained: 1-6
+    inputs = [" ".join(str(torch.randint(0, 10, (1,), generator=generator).item())
+                       for _ in range(n)) for n in lengths]  # fmt: skip
+    (tmp_path / "inputs.txt").write_text("\n".join(inputs) + "\n", encoding="utf-8")
+    command = [sys.executable, "-m", "seq2seq.translate", "--model", str(out),
+               "--input", str(tmp_path / "inputs.txt")]  # fmt: skip
+    env = {**os.environ, **INT8_ISAS[isa]}
+    done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    outputs = done.stdout.splitlines()
+    assert len(outputs) == len(inputs)
+    copied = sum(o == i for o, i in zip(outputs, inputs, strict=True))
+    assert copied >= 0.9 * len(inputs), f"int8 on {isa} kernels copied {copied} of {len(inputs)}"
 
 
 def untrained_checkpoint(path: Path, **net) -> str:

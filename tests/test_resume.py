@@ -1,5 +1,7 @@
-"""Resume: a run killed with SIGKILL mid-epoch, resumed from its last checkpoint, ends exactly
-where an uninterrupted run ends."""
+"""Resume: a run killed with SIGKILL mid-epoch, resumed from its last checkpoint with nothing
+but `resume=RUN` on the command line, ends exactly where an uninterrupted run ends; a resume that
+would change the run, or from a checkpoint that holds no training state, is refused and writes
+nothing."""
 
 from __future__ import annotations
 
@@ -17,8 +19,10 @@ from helpers import ROOT, compose_train
 
 from train import train
 
-# 1024 examples in batches of 32: 32 steps an epoch, 96 in all; last.ckpt every 5 steps.
+# An experiment with overrides of its own, as users run them: 1024 examples in batches of 32,
+# 32 steps an epoch, 96 in all; last.ckpt every 5 steps.
 RUN = [
+    "experiment=reverse",
     "data.corpus.train_size=1024",
     "data.corpus.val_size=64",
     "data.corpus.test_size=64",
@@ -121,13 +125,18 @@ def test_sigkill_mid_epoch_then_resume_matches_an_uninterrupted_run(
     assert step % 32 != 0 and step < TOTAL_STEPS  # really mid-epoch, really unfinished
     assert not (run_dir / "summary.json").exists()
 
-    resumed = start(run_dir, data_dir, f"resume={run_dir}")  # the command line's resume
-    _, err = resumed.communicate(timeout=300)
-    assert resumed.returncode == 0, err[-3000:]
+    # What the log tells the user to type, and nothing else: the run's own overrides come back.
+    resumed = subprocess.run(
+        [sys.executable, str(ROOT / "train.py"), f"resume={run_dir}"],
+        cwd=run_dir.parent, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        timeout=300, check=False,
+    )  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
     # The resume continued in the same directory and kept the first start's config.
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
     assert (run_dir / ".hydra" / "config.yaml").exists()
-    assert len(list((run_dir / ".hydra").glob("resume-*/config.yaml"))) == 1
+    (resume_config,) = (run_dir / ".hydra").glob("resume-*/config.yaml")
+    assert "task: reverse" in resume_config.read_text()  # the experiment's, not the default copy
     assert sorted(p.parent.name for p in run_dir.glob("csv/version_*/metrics.csv")) == [
         "version_0",
         "version_1",
@@ -223,3 +232,119 @@ def test_an_interrupted_checkpoint_write_leaves_the_previous_file_whole(
         _atomic_save({"state_dict": {"w": torch.zeros(1000)}, "hyper_parameters": {}}, path)
     assert path.read_bytes() == before
     assert torch.equal(torch.load(path, weights_only=True)["state_dict"]["w"], torch.ones(3))
+
+
+# --- what a resume refuses, before anything is written ------------------------------------------
+
+ENDED = ["experiment=reverse", "data.corpus.train_size=256", "data.corpus.val_size=32",
+         "data.corpus.test_size=32", "trainer.max_epochs=1", "test=false"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def ended_run(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Path:
+    """A run of 4 steps made by the command line (so with Hydra's .hydra/overrides.yaml)."""
+    from _pytest.monkeypatch import MonkeyPatch
+    from helpers import run_train_cli
+
+    tmp_path = tmp_path_factory.mktemp("ended")
+    run_dir = tmp_path / "run"
+    args = [*ENDED, f"paths.data_dir={data_dir}", f"hydra.run.dir={run_dir}"]
+    with MonkeyPatch.context() as monkeypatch:
+        assert run_train_cli(args, tmp_path, monkeypatch) == 0
+    assert saved_step(run_dir / "checkpoints" / "last.ckpt") == 4
+    return run_dir
+
+
+def snapshot(directory: Path) -> dict[str, tuple[int, int]]:
+    return {str(p): (p.stat().st_size, p.stat().st_mtime_ns) for p in directory.rglob("*")}
+
+
+@pytest.fixture
+def run_copy(ended_run: Path, tmp_path: Path) -> Path:
+    import shutil
+
+    return Path(shutil.copytree(ended_run, tmp_path / "run"))
+
+
+def refused(args: list[str], run_dir: Path, monkeypatch, capsys) -> str:
+    """Run `python train.py ARGS` in run_dir's parent; it must exit 1 with one line and leave
+    every file where and as it was."""
+    from helpers import run_train_cli
+
+    before = snapshot(run_dir.parent)
+    assert run_train_cli(args, run_dir.parent, monkeypatch) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: "), err
+    assert snapshot(run_dir.parent) == before
+    return err[0]
+
+
+CHANGES = [
+    ("seed=12345", "seed=12345 differs from the run being resumed (seed=0 in"),
+    ("data=copy", "data.corpus.task=copy differs from the run being resumed"),
+    ("model.net.d_model=32", "model.net.d_model=32 differs"),
+    ("model.lr=1e-4", "model.lr=0.0001 differs from the run being resumed (model.lr=0.003"),
+    ("model.schedule=constant", "model.schedule=constant differs"),
+    ("data.batch_size=16", "data.batch_size=16 differs"),
+    ("trainer.precision=bf16-mixed", "trainer.precision=bf16-mixed differs"),
+]
+
+
+@pytest.mark.parametrize(("change", "message"), CHANGES, ids=[c for c, _ in CHANGES])
+def test_a_resume_that_would_change_the_run_is_refused(
+    change: str, message: str, run_copy: Path, monkeypatch, capsys
+) -> None:
+    error = refused([f"resume={run_copy}", change], run_copy, monkeypatch, capsys)
+    assert message in error
+    assert "start a new run for other settings" in error
+
+
+def test_a_resume_may_extend_the_run_and_keeps_its_config(
+    run_copy: Path, monkeypatch, capsys
+) -> None:
+    from helpers import run_train_cli
+
+    args = [f"resume={run_copy}", "trainer.max_epochs=2", "logger=none"]
+    assert run_train_cli(args, run_copy.parent, monkeypatch) == 0, capsys.readouterr().err
+    assert saved_step(run_copy / "checkpoints" / "last.ckpt") == 8
+    (overrides,) = (run_copy / ".hydra").glob("resume-*/overrides.yaml")
+    assert "experiment=reverse" in overrides.read_text()  # the run's own, then the new limit
+
+
+def write_weights_only(run_dir: Path) -> Path:
+    last = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)
+    path = run_dir / "checkpoints" / "weights.ckpt"
+    torch.save({k: last[k] for k in ("state_dict", "hyper_parameters", "run_config")}, path)
+    return path
+
+
+def write_average(run_dir: Path) -> Path:
+    from seq2seq.average import write_average
+
+    last = run_dir / "checkpoints" / "last.ckpt"
+    return write_average([last, last], run_dir / "checkpoints" / "average.ckpt")
+
+
+def truncate_last(run_dir: Path) -> Path:
+    last = run_dir / "checkpoints" / "last.ckpt"
+    last.write_bytes(last.read_bytes()[: last.stat().st_size // 2])
+    return last
+
+
+UNRESUMABLE = [
+    (write_average, "ckpt_path", "cannot be resumed: it holds no optimizer state or training "
+     "position (an average of checkpoints); resume from the run's last.ckpt, or test it with "
+     "train=false ckpt_path="),
+    (write_weights_only, "ckpt_path", "(weights only)"),
+    (truncate_last, "resume", "truncated or not a file torch.save wrote: resume from another "
+     "checkpoint with ckpt_path=PATH; the run's other checkpoints: epoch000-step000004.ckpt"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("make", "how", "message"), UNRESUMABLE, ids=["average", "weights", "cut"])
+def test_a_checkpoint_without_a_training_state_is_refused_before_anything_is_written(
+    make, how: str, message: str, run_copy: Path, monkeypatch, capsys
+) -> None:
+    path = make(run_copy)
+    target = f"ckpt_path={path}" if how == "ckpt_path" else f"resume={run_copy}"
+    assert message in refused([target], run_copy, monkeypatch, capsys)

@@ -72,7 +72,8 @@ def test_score_errors_are_one_line(tmp_path: Path, capsys) -> None:
     ref.write_text("a\n")
     rows = [
         ([str(hyp), str(ref)], "2 hypotheses against 1 references"),
-        ([str(hyp), str(tmp_path / "none.txt")], "none.txt does not exist"),
+        ([str(hyp), str(tmp_path / "none.txt")], "none.txt is not a file"),
+        ([str(hyp), str(tmp_path)], "is not a file"),  # a directory
     ]
     for args, message in rows:
         assert score_cli(args) == 1
@@ -82,3 +83,25 @@ def test_score_errors_are_one_line(tmp_path: Path, capsys) -> None:
     hyp.write_text("a\nb\n")
     assert score_cli([str(hyp), str(ref)]) == 1
     assert "ref.txt line 2 is not valid UTF-8" in capsys.readouterr().err
+
+
+def test_empty_files_have_nothing_to_score(tmp_path: Path, capsys) -> None:
+    hyp, ref = tmp_path / "hyp.txt", tmp_path / "ref.txt"
+    hyp.write_text("")
+    ref.write_text("")
+    assert score_cli([str(hyp), str(ref)]) == 1
+    assert capsys.readouterr().err == f"error: {ref} has no lines: there is nothing to score\n"
+
+
+def test_a_bare_carriage_return_stays_inside_its_line_as_in_training_files(
+    tmp_path: Path, capsys
+) -> None:
+    """Lines end at "\\n" alone (and "\\r\\n"), in score, translate and the corpora alike, so a
+    stray "\\r" never splits one line into two and shifts every later pair."""
+    from seq2seq.data.tokenizer import text_lines
+
+    assert text_lines(b"a\rb\nc\r\nd", "x") == ["a\rb", "c", "d"]
+    hyp, ref = tmp_path / "hyp.txt", tmp_path / "ref.txt"
+    hyp.write_bytes(b"one two\rthree\nfour\r\n")
+    ref.write_bytes(b"one two three\nfour\n")
+    assert score_cli([str(hyp), str(ref), "--json"]) == 0  # 2 lines against 2, not 3 against 2

@@ -38,6 +38,16 @@ def decode_line(raw: bytes, source: str, number: int) -> str:
     return line.rstrip("\r\n")
 
 
+def text_lines(raw: bytes, source: str) -> list[str]:
+    """The lines of a text file's bytes, split at "\\n" alone as training files are read
+    (a bare "\\r" stays inside its line, and "\\r\\n" ends one), so that translate,
+    score and the corpora count the same lines."""
+    lines = raw.split(b"\n")
+    if lines[-1] == b"":
+        lines.pop()  # the last line's end (or an empty file)
+    return [decode_line(line, source, number) for number, line in enumerate(lines, 1)]
+
+
 def clean(text: str) -> str:
     """What every text goes through before tokenizing, in training and in translate: NFC
     normalisation ("Ko\u0308ln" and "Köln" become the same characters) and stripping."""
