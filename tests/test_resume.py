@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import ROOT, compose_train
+from helpers import ROOT, compose_train, run_train_cli
 
 from train import train
 
@@ -114,7 +114,7 @@ def assert_resumed_exactly(run_dir: Path, loaded_step: int, uninterrupted: dict)
 
 
 def test_sigkill_mid_epoch_then_resume_matches_an_uninterrupted_run(
-    tmp_path: Path, data_dir: Path, uninterrupted: dict
+    tmp_path: Path, data_dir: Path, uninterrupted: dict, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     run_dir = tmp_path / "run"
     process = start(run_dir, data_dir)
@@ -125,13 +125,10 @@ def test_sigkill_mid_epoch_then_resume_matches_an_uninterrupted_run(
     assert step % 32 != 0 and step < TOTAL_STEPS  # really mid-epoch, really unfinished
     assert not (run_dir / "summary.json").exists()
 
-    # What the log tells the user to type, and nothing else: the run's own overrides come back.
-    resumed = subprocess.run(
-        [sys.executable, str(ROOT / "train.py"), f"resume={run_dir}"],
-        cwd=run_dir.parent, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-        timeout=300, check=False,
-    )  # fmt: skip
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    # What the log tells the user to type, and nothing else: the run's own overrides come back
+    # (train.py's command line, run in this process: a second interpreter would only add the
+    # seconds of its imports).
+    assert run_train_cli([f"resume={run_dir}"], run_dir.parent, monkeypatch) == 0
     # The resume continued in the same directory and kept the first start's config.
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
     assert (run_dir / ".hydra" / "config.yaml").exists()
@@ -244,7 +241,6 @@ ENDED = ["experiment=reverse", "data.corpus.train_size=256", "data.corpus.val_si
 def ended_run(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Path:
     """A run of 4 steps made by the command line (so with Hydra's .hydra/overrides.yaml)."""
     from _pytest.monkeypatch import MonkeyPatch
-    from helpers import run_train_cli
 
     tmp_path = tmp_path_factory.mktemp("ended")
     run_dir = tmp_path / "run"
@@ -269,8 +265,6 @@ def run_copy(ended_run: Path, tmp_path: Path) -> Path:
 def refused(args: list[str], run_dir: Path, monkeypatch, capsys) -> str:
     """Run `python train.py ARGS` in run_dir's parent; it must exit 1 with one line and leave
     every file where and as it was."""
-    from helpers import run_train_cli
-
     before = snapshot(run_dir.parent)
     assert run_train_cli(args, run_dir.parent, monkeypatch) == 1
     err = capsys.readouterr().err.strip().splitlines()
@@ -302,8 +296,6 @@ def test_a_resume_that_would_change_the_run_is_refused(
 def test_a_resume_may_extend_the_run_and_keeps_its_config(
     run_copy: Path, monkeypatch, capsys
 ) -> None:
-    from helpers import run_train_cli
-
     args = [f"resume={run_copy}", "trainer.max_epochs=2", "logger=none"]
     assert run_train_cli(args, run_copy.parent, monkeypatch) == 0, capsys.readouterr().err
     assert saved_step(run_copy / "checkpoints" / "last.ckpt") == 8

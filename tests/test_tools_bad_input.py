@@ -85,6 +85,21 @@ def test_translate_names_a_bad_input_file_or_device(trained, tmp_path: Path, cap
         assert message in one_line(capsys.readouterr().err)
 
 
+def test_translate_into_a_closed_pipe_stops_quietly(trained, monkeypatch, capsys) -> None:
+    """`translate ... | head -1`: the reader goes away; exit 141 as for SIGPIPE, no traceback."""
+
+    class ClosedPipe:
+        def write(self, text: str) -> int:
+            raise BrokenPipeError(32, "Broken pipe")
+
+        def flush(self) -> None:
+            raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(sys, "stdout", ClosedPipe())
+    assert translate_cli.main(["--ckpt", trained[0]["best_checkpoint"], "1 2", "3"]) == 141
+    assert capsys.readouterr().err == ""
+
+
 # --- export and translate --model: whole or nothing, and damaged exports named ------------------
 
 
@@ -152,6 +167,7 @@ DAMAGED_EXPORTS = [
     ("src_tokenizer.json", "{not json", "src_tokenizer.json is not a readable tokenizer"),
     ("tgt_tokenizer.json", '{"kind": "bpe"}', "tgt_tokenizer.json is not a readable tokenizer"),
     ("src_tokenizer.json", None, "src_tokenizer.json is missing: export the checkpoint again"),
+    ("model.bin", "not a model", "CTranslate2 cannot load"),
 ]
 
 
