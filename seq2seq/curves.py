@@ -116,9 +116,21 @@ def write_curves(run_dir: str | Path, out: str | Path | None = None) -> Path:
     run_dir = Path(run_dir)
     out = Path(out) if out else run_dir / "curves.png"
     figure = curves_figure({run_dir.name: read_metrics(run_dir)}, title=str(run_dir))
-    with written_whole(out) as part:
-        figure.savefig(part, dpi=100, format=out.suffix[1:] or "png")
+    save_figure(figure, out)
     return out
+
+
+def save_figure(figure: Any, out: str | Path, **options: Any) -> None:
+    """Write a figure whole or not at all, then let it go (pyplot keeps every figure it made
+    until closed: a sweep drawing one per job would hold them all)."""
+    import matplotlib.pyplot as plt
+
+    out = Path(out)
+    try:
+        with written_whole(out) as part:
+            figure.savefig(part, dpi=100, format=out.suffix[1:] or "png", **options)
+    finally:
+        plt.close(figure)
 
 
 def write_sweep_curves(job_dirs: list[Path], out: Path) -> Path | None:
@@ -131,5 +143,5 @@ def write_sweep_curves(job_dirs: list[Path], out: Path) -> Path | None:
             continue
     if not runs:
         return None
-    curves_figure(runs, title=str(out.parent)).savefig(out, dpi=100)
+    save_figure(curves_figure(runs, title=str(out.parent)), out)
     return out

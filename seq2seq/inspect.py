@@ -23,8 +23,8 @@ import torch
 
 from seq2seq.checkpoint import load_checkpoint, load_module, module_from_checkpoint, run_record
 from seq2seq.checks import flatten
-from seq2seq.cli import ArgumentParser, run_tool, written_whole
-from seq2seq.curves import write_curves
+from seq2seq.cli import ArgumentParser, run_tool
+from seq2seq.curves import save_figure, write_curves
 from seq2seq.data.tokenizer import clean
 
 # Not the standard library's `inspect`: run as `python -m seq2seq.inspect`.
@@ -154,8 +154,7 @@ def plot_attention(path: str, text: str, out: str) -> int:
         output_tokens=[vocab_out.token_label(i) for i in tgt_in[0].tolist()],
         title=f"{text!r} -> {vocab_out.decode(output)!r}",
     )
-    with written_whole(out) as part:
-        figure.savefig(part, dpi=100, bbox_inches="tight", format=Path(out).suffix[1:] or "png")
+    save_figure(figure, out, bbox_inches="tight")
     print(f"wrote {out}: {len(figure.axes) - 1} heat maps, output {vocab_out.decode(output)!r}")
     return 0
 

@@ -5,12 +5,56 @@ import os
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 import torch
 from helpers import compose_train
 from omegaconf import DictConfig
+
+COMPILE_TEST = "test_compiled_model_trains_on_the_cpu"
+_compile_check: dict = {}
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start tests/compile_check.py in the background as soon as the torch.compile test is
+    collected: niced, so the tests in front of it keep their share of the CPU, and on one
+    thread. The test collects its result (the compile_check fixture)."""
+    if session.config.option.collectonly:
+        return
+    if not any(item.name == COMPILE_TEST for item in session.items):
+        return
+    work = Path(tempfile.mkdtemp(prefix="seq2seq-compile-check-"))
+    _compile_check["work"] = work
+    _compile_check["process"] = subprocess.Popen(
+        [sys.executable, str(Path(__file__).parent / "compile_check.py"), str(work)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"}, preexec_fn=lambda: os.nice(19),
+    )  # fmt: skip
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    process = _compile_check.get("process")
+    if process is not None and process.poll() is None:
+        process.kill()
+        process.communicate()
+    if "work" in _compile_check:
+        shutil.rmtree(_compile_check["work"], ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def compile_check() -> dict:
+    """What tests/compile_check.py found: the first step's loss eager and compiled, and the
+    graphs dynamo captured."""
+    process = _compile_check["process"]
+    out, err = process.communicate(timeout=900)
+    assert process.returncode == 0, err[-3000:]
+    return json.loads(out.strip().splitlines()[-1])
 
 
 @pytest.fixture(autouse=True)
