@@ -72,7 +72,10 @@ def curves_figure(runs: Mapping[str, list[dict[str, float]]], title: str = "") -
     matplotlib.use("Agg")  # files, not windows: works with no display
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(2, 2, figsize=(12, 8), layout="constrained")
+    # Fixed margins, not layout="constrained": the panels' layout never changes, and solving
+    # it took 0.4 of the 0.9 s a run spent drawing its curves.
+    fig, axes = plt.subplots(2, 2, figsize=(12, 8))
+    fig.subplots_adjust(left=0.07, right=0.98, bottom=0.07, top=0.93, wspace=0.18, hspace=0.25)
     (loss_ax, lr_ax), (val_ax, time_ax) = axes
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     styles = dict(zip(VALIDATION, ("-", "--", ":"), strict=True))
