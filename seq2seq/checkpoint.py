@@ -54,8 +54,11 @@ class CheckpointError(ValueError):
     """A file that is not a readable, safe checkpoint of this project."""
 
 
-def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
-    """The checkpoint's dict, read without unpickling arbitrary objects."""
+def load_checkpoint(
+    path: str | Path, map_location: str | torch.device = "cpu", mmap: bool = False
+) -> dict[str, Any]:
+    """The checkpoint's dict, read without unpickling arbitrary objects. mmap=True maps the
+    tensors instead of reading them: for checks that look at the plain values only."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"checkpoint {path} does not exist (or is not a file)")
@@ -66,7 +69,7 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
             f"cannot read {path} as a checkpoint: it is truncated or not a file torch.save wrote"
         )
     try:
-        checkpoint = torch.load(path, map_location=map_location, weights_only=True)
+        checkpoint = torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
     except pickle.UnpicklingError as error:
         first_line = str(error).strip().splitlines()[0]
         raise CheckpointError(

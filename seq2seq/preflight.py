@@ -155,7 +155,7 @@ def check_resume(cfg: DictConfig, path: str) -> None:
 
     run_dir = Path(path).parent.parent
     try:
-        checkpoint = load_checkpoint(path)
+        checkpoint = load_checkpoint(path, mmap=True)  # its keys and config, not its weights
     except CheckpointError as error:
         others = sorted(p.name for p in Path(path).parent.glob("*.ckpt") if str(p) != path)
         hint = f"; the run's other checkpoints: {', '.join(others)}" if others else ""
@@ -236,7 +236,7 @@ def check_same_model(path: str, module: Any) -> None:
     """A checkpoint to resume must be of the configured model and vocabularies."""
     from seq2seq.checkpoint import load_checkpoint
 
-    saved = load_checkpoint(path)["hyper_parameters"]
+    saved = load_checkpoint(path, mmap=True)["hyper_parameters"]
     for key, value in module.hparams["net"].items():
         if saved.get("net", {}).get(key) != value:
             raise ValueError(
