@@ -19,11 +19,11 @@ from helpers import ROOT, compose_train, run_train_cli
 
 from train import train
 
-# An experiment with overrides of its own, as users run them: 1024 examples in batches of 32,
-# 32 steps an epoch, 96 in all; last.ckpt every 5 steps.
+# An experiment with overrides of its own, as users run them: 512 examples in batches of 32,
+# 16 steps an epoch, 48 in all; last.ckpt every 5 steps.
 RUN = [
     "experiment=reverse",
-    "data.corpus.train_size=1024",
+    "data.corpus.train_size=512",
     "data.corpus.val_size=64",
     "data.corpus.test_size=64",
     "data.batch_size=32",
@@ -32,7 +32,8 @@ RUN = [
     "callbacks.step_checkpoint.every_n_train_steps=5",
     "model.net.dropout=0.1",  # random draws too must continue where they stopped
 ]
-TOTAL_STEPS = 96
+TOTAL_STEPS = 48
+EPOCH_STEPS = 16
 
 
 @pytest.fixture(scope="module")
@@ -118,11 +119,11 @@ def test_sigkill_mid_epoch_then_resume_matches_an_uninterrupted_run(
 ) -> None:
     run_dir = tmp_path / "run"
     process = start(run_dir, data_dir)
-    wait_for_checkpoint(process, run_dir, 40)  # epoch 2, batch 8 or later
+    wait_for_checkpoint(process, run_dir, 20)  # epoch 2, batch 4 or later
     process.send_signal(signal.SIGKILL)
     process.wait()
     step = saved_step(run_dir / "checkpoints" / "last.ckpt")
-    assert step % 32 != 0 and step < TOTAL_STEPS  # really mid-epoch, really unfinished
+    assert step % EPOCH_STEPS != 0 and step < TOTAL_STEPS  # really mid-epoch, really unfinished
     assert not (run_dir / "summary.json").exists()
 
     # What the log tells the user to type, and nothing else: the run's own overrides come back

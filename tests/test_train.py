@@ -324,7 +324,7 @@ def test_a_time_budget_ends_the_schedule_and_leaves_time_to_validate_and_test(
     budget = 12
     overrides = [
         "data.corpus.train_size=2000", "data.corpus.val_size=200", "data.corpus.test_size=200",
-        f"trainer.max_time=00:00:00:{budget}", "trainer.max_epochs=-1",
+        f"trainer.max_time=00:00:00:{budget:02d}", "trainer.max_epochs=-1",
         "trainer.log_every_n_steps=1", "model.schedule=cosine", "model.min_lr_ratio=0.1",
     ]  # fmt: skip
     cfg = compose_train(tmp_path, data_dir, overrides)
