@@ -197,7 +197,7 @@ def main() -> None:
     import logging
 
     logging.getLogger("lightning").setLevel(logging.WARNING)
-    data_dir = str(ROOT / "data")
+    data_dir = str(ROOT / "data" / "cache")
     rows = []
     ours_name = " ".join(["ours (python train.py", *args.overrides]) + ")"
     for name, run in (

@@ -31,7 +31,7 @@ def epoch_padding(overrides: list[str]) -> tuple[float, int, float]:
 
     with initialize_config_dir(str(ROOT / "configs"), version_base="1.3"):
         cfg = compose("train", overrides=overrides)
-    cfg.data.data_dir = str(ROOT / "data")
+    cfg.data.data_dir = str(ROOT / "data" / "cache")
     datamodule = instantiate(cfg.data)
     datamodule.setup("fit")
     pad = datamodule.tgt_vocab.pad_id

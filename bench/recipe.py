@@ -13,7 +13,7 @@ other several times: run nothing else meanwhile); its run directory is
 bench/out/recipe/<budget>min-<row>, and a row whose directory holds a summary is read, not run
 again, so an interrupted table resumes where it stopped. `decode` tests one run's checkpoints
 with `train=false` under each decoding setting (beam search costs no training time, so these
-rows share one model). The corpus is Tatoeba English-French (../shared/corpora/tatoeba-en-fr),
+rows share one model). The corpus is Tatoeba English-French (data/corpora/tatoeba-en-fr),
 validation and test split off by English sentence; `--reverse` trains French to English.
 """
 
@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 
 from common import print_table  # noqa: E402
 
-CORPUS = ROOT.parent / "shared" / "corpora" / "tatoeba-en-fr" / "en-fr.tsv.gz"
+CORPUS = ROOT / "data" / "corpora" / "tatoeba-en-fr" / "en-fr.tsv.gz"  # ships with the project
 OUT = ROOT / "bench" / "out" / "recipe"
 
 # Each row changes one or two things from experiment=parallel_bpe with --common applied (the

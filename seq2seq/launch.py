@@ -85,6 +85,11 @@ def with_run_overrides(args: list[str]) -> list[str]:
 # same microsecond still differ. A resumed run keeps its directory, and the config of each
 # resume goes beside the first start's instead of over it.
 OmegaConf.register_new_resolver("pid", lambda: os.getpid(), replace=True)
+# ${project_dir:}: the clone train.py runs from, wherever it is started (the corpora under
+# data/corpora ship with it; paths.root_dir is the working directory, where outputs go).
+OmegaConf.register_new_resolver(
+    "project_dir", lambda: str(Path(__file__).resolve().parents[1]), replace=True
+)
 OmegaConf.register_new_resolver(
     "run_dir", lambda train, resume, ckpt, new: str(resumed_run(train, resume, ckpt) or new)
 )

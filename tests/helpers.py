@@ -39,7 +39,8 @@ def small_data(option: str, tmp_path: Path) -> list[str]:
         path = tmp_path / "pairs.tsv"
         rows = [f"{i} {i + 1}\t{i + 1} {i}" for i in range(300)]
         path.write_text("src\ttgt\n" + "\n".join(rows) + "\n", encoding="utf-8")
-        return [f"data.corpus.train.file={path}", "data.val_size=32", "data.test_size=32",
+        return [f"data.corpus.train.file={path}", "data.corpus.src_column=src",
+                "data.corpus.tgt_column=tgt", "data.val_size=32", "data.test_size=32",
                 "data.tokenizer.vocab_size=300", "data.max_length=60"]  # fmt: skip
     if option == "hub":
         return ["data.corpus.name=nobody/no-such-dataset"]
@@ -47,9 +48,12 @@ def small_data(option: str, tmp_path: Path) -> list[str]:
 
 
 def experiment_data(experiment: str) -> str:
-    """The data option an experiment config selects (its `override /data:` line)."""
+    """The data option an experiment config selects (its `override /data:` line, or that of
+    the experiment it starts from: `defaults: [- other]`)."""
     text = (CONFIG_DIR / "experiment" / f"{experiment}.yaml").read_text()
-    return text.split("override /data:")[1].split()[0]
+    if "override /data:" in text:
+        return text.split("override /data:")[1].split()[0]
+    return experiment_data(text.split("defaults:")[1].split("- ")[1].split()[0])
 
 
 def run_train_cli(args: list[str], cwd: Path, monkeypatch: pytest.MonkeyPatch) -> int:

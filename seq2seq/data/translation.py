@@ -48,7 +48,8 @@ def _drop_duplicates(dataset: Any, split: str) -> Any:
     """The first of each (source, target) pair that occurs more than once; the rest counted."""
     seen: set[tuple[str, str]] = set()
     keep = []
-    for index, pair in enumerate(zip(dataset["src"], dataset["tgt"], strict=True)):
+    sources, targets = (_column(dataset, side).to_pylist() for side in ("src", "tgt"))
+    for index, pair in enumerate(zip(sources, targets, strict=True)):
         if pair not in seen:
             seen.add(pair)
             keep.append(index)
@@ -63,7 +64,7 @@ def _drop_duplicates(dataset: Any, split: str) -> Any:
 def _split_by_source(train: Any, size: int, seed: int) -> tuple[Any, Any]:
     """(rest, held out): held out has every pair of source sentences drawn with the seed
     until it holds at least size pairs; no source is on both sides."""
-    sources = train["src"]
+    sources = _column(train, "src").to_pylist()  # train["src"] is read row by row: 8x slower
     distinct = sorted(set(sources))
     random.Random(seed).shuffle(distinct)
     rows: dict[str, list[int]] = {}

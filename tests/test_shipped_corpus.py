@@ -1,0 +1,66 @@
+"""The real corpus that ships with the project (data/corpora/tatoeba-en-fr): the experiments
+read it from the clone wherever train.py starts, with its licence beside it, and
+`python train.py experiment=tatoeba_en_fr` trains on it and prints BLEU and chrF."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from pathlib import Path
+
+import pytest
+from helpers import ROOT, compose_train, run_train_cli
+
+CORPUS = ROOT / "data" / "corpora" / "tatoeba-en-fr"
+
+
+def test_the_corpus_ships_with_its_licence_and_attribution() -> None:
+    with gzip.open(CORPUS / "en-fr.tsv.gz", "rt", encoding="utf-8") as f:
+        lines = f.read().splitlines()
+    assert lines[0] == "en\tfr" and len(lines) == 1 + 76_037
+    assert all(line.count("\t") == 1 for line in lines)
+    assert max(len(line.split("\t")[0]) for line in lines[1:]) == 30  # as its README says
+    assert "CC BY 2.0 FR" in (CORPUS / "LICENSE").read_text()
+    assert "Tatoeba" in (CORPUS / "README.md").read_text()
+
+
+@pytest.mark.parametrize(("experiment", "src", "tgt"), [("tatoeba_en_fr", "en", "fr"),
+                                                        ("tatoeba_fr_en", "fr", "en")])  # fmt: skip
+def test_the_tatoeba_experiments_read_the_clones_corpus(
+    experiment: str, src: str, tgt: str, tmp_path: Path
+) -> None:
+    import train  # noqa: F401  (registers the configs' resolvers)
+
+    cfg = compose_train(tmp_path, tmp_path / "data", [f"experiment={experiment}"])
+    corpus = cfg.data.corpus
+    # The clone's file, not one relative to where train.py starts (paths.root_dir is tmp_path).
+    assert Path(corpus.train.file) == CORPUS / "en-fr.tsv.gz"
+    assert (corpus.src_column, corpus.tgt_column) == (src, tgt)
+    assert cfg.data.split_by == "source"  # no test sentence is seen in training
+    assert cfg.trainer.max_time == "00:00:30:00"
+
+
+def test_tatoeba_en_fr_trains_from_the_clone_and_prints_bleu_and_chrf(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture
+) -> None:
+    """The README's real-text command, briefly: a few steps, one validation, a small test."""
+    brief = [
+        "trainer.max_steps=6", "trainer.val_check_interval=6", "trainer.limit_val_batches=1",
+        "trainer.limit_test_batches=1", "data.max_tokens=400", "model.val_decode_limit=16",
+        "model.warmup_steps=3", "logger=none",
+    ]  # fmt: skip
+    assert run_train_cli(["experiment=tatoeba_en_fr", *brief], tmp_path, monkeypatch) == 0
+    printed = "".join(capfd.readouterr())
+    # 76,037 pairs less 5 duplicates, less 1,001 and 1,000 held out.
+    assert "split 1001 pairs off the training data (by source, seed 0)" in printed
+    assert "train: 74031 pairs" in printed
+    for metric in ("test/bleu", "test/chrf"):  # with sacreBLEU's signature
+        assert re.search(rf"{metric}: +[0-9.]+ +\(nrefs:1\|", printed), metric
+    (run,) = (tmp_path / "outputs" / "tatoeba_en_fr" / "runs").iterdir()
+    summary = json.loads((run / "summary.json").read_text())
+    assert {"test/bleu", "test/chrf"} <= set(summary["test"])
+    assert summary["best_checkpoint"]  # validated and saved within the six steps
+    # The cache is made where train.py starts, apart from the shipped files.
+    assert (tmp_path / "data" / "cache" / "tokenizers").is_dir()
+    assert sorted(p.name for p in CORPUS.iterdir()) == ["LICENSE", "README.md", "en-fr.tsv.gz"]
