@@ -1,7 +1,7 @@
 """Time and memory of our MultiHeadAttention against torch.nn.MultiheadAttention and the
 explicit matmul-softmax path, side by side in one process.
 
-    python bench/attention.py                  # the README's table (CPU, a few minutes)
+    python bench/attention.py                  # docs/performance.md's table (CPU, a few minutes)
     python bench/attention.py --device cuda    # on a GPU
     python bench/attention.py --lengths 64 --dims 128 --heads 4 --repeats 3   # a quick look
 

@@ -105,7 +105,7 @@ def run_isolated(script: str, args: Sequence[str]) -> dict:
 
 
 def print_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
-    """A GitHub-flavoured Markdown table, ready to paste into the README."""
+    """A GitHub-flavoured Markdown table, ready to paste into docs/."""
     cells = [[str(c) for c in row] for row in rows]
     widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(headers)]
     print("| " + " | ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)) + " |")

@@ -1,6 +1,6 @@
 """Decoding speed: cached vs uncached greedy, and beam search vs greedy, side by side.
 
-    python bench/decode.py                 # the README's table (CPU, a few minutes)
+    python bench/decode.py                 # docs/performance.md's table (CPU, a few minutes)
     python bench/decode.py --device cuda
     python bench/decode.py --lengths 16 64 --repeats 1   # a quick look
 

@@ -1,6 +1,6 @@
 """Padding with and without length bucketing, on a translation task's training split.
 
-    python bench/padding.py                          # numbers (en -> de), the README's figures
+    python bench/padding.py                          # numbers (en -> de), docs/data.md's figures
     python bench/padding.py data=dates
     python bench/padding.py data=parallel_files data.corpus.train.file=pairs.tsv
 

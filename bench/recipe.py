@@ -1,5 +1,5 @@
 """The real-text recipe, measured: each choice of `experiment=parallel_bpe` trained under the same
-time budget on the development corpus, then the decoding choices on one run's checkpoints.
+time budget on the shipped Tatoeba corpus, then the decoding choices on one run's checkpoints.
 
     python bench/recipe.py train base batch256 lr2e-3        # rows by name (ROWS below)
     python bench/recipe.py train mine:model.lr=3e-3,data.batch_size=512   # or your own
@@ -38,7 +38,7 @@ CORPUS = ROOT / "data" / "corpora" / "tatoeba-en-fr" / "en-fr.tsv.gz"  # ships w
 OUT = ROOT / "bench" / "out" / "recipe"
 
 # Each row changes one or two things from experiment=parallel_bpe with --common applied (the
-# README's table pins what the experiment was before the table tuned it: peak lr 1e-3, one
+# table in docs/results.md pins what the experiment was before the table tuned it: peak lr 1e-3, one
 # validation an epoch, no averaging, and warmup 300 steps, the share of an 8-minute run that
 # 1,000 steps are of a 30-minute one). Row overrides come after --common and win.
 ROWS: dict[str, list[str]] = {
@@ -210,7 +210,7 @@ def main() -> None:
         p.add_argument("--reverse", action="store_true", help="French to English")
     args = parser.parse_args()
     if not CORPUS.is_file():
-        raise SystemExit(f"the development corpus is missing: {CORPUS}")
+        raise SystemExit(f"the shipped corpus is missing: {CORPUS} (a clone of the project has it)")
     if args.command == "train":
         train_rows(args.rows, args.budget, args.reverse, args.common)
     else:

@@ -1,6 +1,6 @@
 """Serving: our decoder against CTranslate2 on the same model and inputs, side by side.
 
-    python bench/serve.py                      # the README's tables (CPU, about 8 minutes)
+    python bench/serve.py                      # docs/decoding.md's tables (CPU, about 8 minutes)
     python bench/serve.py --lengths 64 --batches 32 --repeats 1 --no-quality  # a quick look
     python bench/serve.py --real path/to/best.ckpt --sources test.en --references test.fr
 
@@ -16,7 +16,7 @@ Quality: the real-text model's test split translated through `seq2seq.translate`
 nearest type this machine supports: on a CPU without float16, float16 weights are rounded and
 computed in float32), with the checkpoint's decoding (beam 5 for experiment=parallel_bpe):
 the weights' size, BLEU, chrF, seconds (load included), and how many outputs equal ours. The
-real-text model is the 30-minute run of bench/recipe.py (README "The recipe, measured");
+real-text model is the 30-minute run of bench/recipe.py (docs/results.md, "The recipe, measured");
 without it those rows are left out.
 """
 

@@ -1,7 +1,7 @@
 """Training throughput: our model through the Lightning module against a plain PyTorch loop over
 torch.nn.Transformer of the same size, same batches, same optimizer, side by side.
 
-    python bench/train_throughput.py                       # the README's table (CPU, minutes)
+    python bench/train_throughput.py                       # docs/performance.md's table
     python bench/train_throughput.py --sizes tiny --lengths 16 64 --repeats 3   # a quick look
     python bench/train_throughput.py --device cuda
 

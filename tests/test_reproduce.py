@@ -71,7 +71,7 @@ def test_sweep_writes_a_summary_of_every_job(
 def test_rerun_from_a_run_directory_gives_the_same_metrics(
     tmp_path: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The README's rerun command: the composed config in <run>/.hydra is the whole recipe."""
+    """docs/runs.md's rerun command: the composed config in <run>/.hydra is the whole recipe."""
 
     def run(*args: str) -> None:
         assert run_train_cli(list(args), tmp_path, monkeypatch) == 0

@@ -1,5 +1,5 @@
 """Bad input and faults for the tools besides train.py (translate, export, translate --model,
-average, score, inspect), one table each, as the README's tables list them: every row exits
+average, score, inspect), one table each, as docs/guarantees.md's tables list them: every row exits
 non-zero with one line, and leaves either the complete result or nothing. (train.py's own
 rows: test_bad_input.py; score's: test_score.py.)"""
 

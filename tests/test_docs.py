@@ -1,0 +1,311 @@
+"""The README and docs/ stay true: the README is a front door (short, the code map and the
+how-tos early), every link resolves, the configs table is what configs/ holds, and every
+command they show runs as written (docs/guarantees.md, "How the commands in these pages are
+checked", says how each kind is checked)."""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import importlib
+import io
+import re
+import shlex
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from helpers import CONFIG_DIR, ROOT
+
+README = ROOT / "README.md"
+PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]
+TOOLS = ("translate", "inspect", "average", "score", "export")
+
+# Commands shown as what goes wrong: they must fail with this line.
+FAILING = {
+    "python train.py model.net.num_heads=0": "num_heads must be a positive integer, got 0",
+}
+# Commands not run here, and why (each kind is listed in docs/guarantees.md).
+NOT_RUN = (
+    "python -m venv",  # the set-up command: CI runs it (.ci/run)
+    "pip install",  # CI runs the set-up command (.ci/run)
+    "pytest",  # is this suite
+    "srun ",  # needs a SLURM cluster
+    "python train.py trainer=gpu",  # needs a GPU
+    "tensorboard ",
+)
+
+
+def commands(page: Path) -> Iterator[str]:
+    """The shell commands of a page: every line of its bash blocks (continuations joined) and
+    every inline code span that starts with `python `."""
+    text = page.read_text(encoding="utf-8")
+    for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S):
+        for line in block.replace("\\\n", " ").splitlines():
+            line = line.strip()
+            if line and not line.startswith("#"):
+                yield shlex.join(shlex.split(line, comments=True))
+    prose = re.sub(r"```.*?```", "", text, flags=re.S)
+    for span in re.findall(r"`(python [^`]+)`", prose):
+        # A tool named (`python -m seq2seq.score`) or a pattern (`python bench/*.py ...`) in the
+        # prose is not a command.
+        if not re.fullmatch(r"python -m seq2seq\.\w+", span) and not re.search(
+            r"\.\.\.|\*|TOOL", span
+        ):
+            yield shlex.join(shlex.split(span.replace("\\|", "|"), comments=True))
+
+
+def all_commands() -> list[str]:
+    seen: dict[str, None] = {}
+    for page in PAGES:
+        for command in commands(page):
+            seen.setdefault(command)
+    return list(seen)
+
+
+def test_the_readme_is_a_front_door() -> None:
+    lines = README.read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= 250, f"README.md has {len(lines)} lines: move detail to docs/"
+    headings = {line: n for n, line in enumerate(lines, 1) if line.startswith("## ")}
+    for heading, by in (("## Set up, run, test", 40), ("## Real text in one command", 70),
+                        ("## The code, and where to start reading", 110),
+                        ("## How to change it", 150)):  # fmt: skip
+        assert headings.get(heading, 10**6) <= by, f"{heading!r} should start by line {by}"
+    text = "\n".join(lines)
+    for how in ("hyperparameter", "decoding option", "corpus", "metric", "callback"):
+        assert f"**A {how}" in text, how
+    assert "../shared" not in text  # a user's clone has no ../shared
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_every_link_and_picture_resolves(page: Path) -> None:
+    text = page.read_text(encoding="utf-8")
+    assert "../shared" not in text, page
+    for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text):
+        if not target.startswith(("http://", "https://")):
+            assert (page.parent / target).exists(), f"{page.name} links to {target}"
+    for anchor_page, anchor in re.findall(r"\]\(([^)#\s]*)#([^)]+)\)", text):
+        linked = (page.parent / anchor_page) if anchor_page else page
+        slugs = {slug(h) for h in re.findall(r"^#+ (.+)$", linked.read_text(), flags=re.M)}
+        assert anchor in slugs, f"{page.name} links to {anchor_page}#{anchor}"
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor of a heading."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
+def test_the_configs_table_is_what_configs_holds() -> None:
+    sys.path.insert(0, str(ROOT / "docs"))
+    import configs_table
+
+    assert configs_table.main(["--check"]) == 0, "run python docs/configs_table.py"
+    page = configs_table.PAGE.read_text(encoding="utf-8")
+    for path in CONFIG_DIR.glob("*/*.yaml"):
+        if path.parent.name not in ("paths", "hydra"):
+            assert f"`{path.parent.name}={path.stem}`" in page, path
+
+
+def test_every_command_is_of_a_kind_this_suite_checks() -> None:
+    kinds = {command: kind(command) for command in all_commands()}
+    assert "unknown" not in kinds.values(), [c for c, k in kinds.items() if k == "unknown"]
+    assert list(kinds.values()).count("run") > 40  # the extraction found the pages' commands
+
+
+def kind(command: str) -> str:
+    if command.startswith(NOT_RUN):
+        return "not run"
+    if command.startswith(("python train.py", "python -m seq2seq.", "cat ")):
+        return "run"
+    if command.startswith(("python bench/", "python docs/")):
+        return "parsed"
+    return "unknown"
+
+
+# --- train.py: composed and checked as `python train.py` checks a command line -------------
+
+
+def train_commands() -> list[str]:
+    return [c for c in all_commands() if c.startswith("python train.py") and kind(c) == "run"]
+
+
+def user_files(args: list[str], where: Path) -> None:
+    """Make the corpus files a command names (train.en, pairs.tsv, ...) as a user would have."""
+    columns = dict(a.split("=", 1) for a in args if a.startswith("data.corpus.") and "=" in a)
+    src = columns.get("data.corpus.src_column", "src")
+    tgt = columns.get("data.corpus.tgt_column", "tgt")
+    for arg in args:
+        key, _, value = arg.partition("=")
+        if not re.fullmatch(r"data\.corpus\.\w+\.(src|tgt|file)", key) or "$" in value:
+            continue
+        path = where / value
+        rows = [f"{i} {i + 1}" for i in range(50)]
+        if key.endswith(".file"):
+            text = f"{src}\t{tgt}\n" + "".join(f"{r}\t{r}\n" for r in rows)
+        else:
+            text = "".join(f"{r}\n" for r in rows)
+        data = text.encode()
+        path.write_bytes(gzip.compress(data) if value.endswith(".gz") else data)
+
+
+def as_plain_run(command: str, run: Path) -> list[str]:
+    """The overrides of a command, a sweep's first job's (-m a=1,2 -> a=1), placeholders
+    (<run>, <best.ckpt>) given a finished run."""
+    args = [a for a in shlex.split(command)[2:] if a not in ("--cfg", "job")]  # prints, no more
+    if "-m" in args:
+        args.remove("-m")
+        args = [a if "[" in a else re.sub(r"=([^,]*),.*", r"=\1", a) for a in args]
+    best = str(next((run / "checkpoints").glob("epoch*.ckpt")))
+    names = {"outputs/train/runs/<run>": str(run), "<best.ckpt>": best, "CKPT": best}
+    return [re.sub("|".join(map(re.escape, names)), lambda m: names[m[0]], a) for a in args]
+
+
+@pytest.fixture(scope="module")
+def cli_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A finished `python train.py` run, started from the command line (so it can be resumed
+    with resume=RUN alone), as small as a run can be."""
+    import train as entry
+
+    where = tmp_path_factory.mktemp("cli_run")
+    # Five epochs of one step: five validations, whose checkpoints average_last keeps.
+    args = ["data.corpus.train_size=64", "data.corpus.val_size=16", "data.corpus.test_size=16",
+            "trainer.max_epochs=5", "average_last=5", f"hydra.run.dir={where / 'run'}",
+            f"paths.data_dir={where / 'data'}"]  # fmt: skip
+    argv, cwd = sys.argv, Path.cwd()
+    try:
+        sys.argv = ["train.py", *args]
+        import os
+
+        os.chdir(where)
+        entry.cli()
+    except SystemExit as stop:
+        assert not stop.code, stop
+    finally:
+        sys.argv = argv
+        os.chdir(cwd)
+    return where / "run"
+
+
+@pytest.mark.parametrize("command", train_commands())
+def test_train_commands_in_the_docs_check_out(
+    command: str, cli_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What train.py does with the command line before it trains: the run's overrides for a
+    resume, then compose and check every value (seq2seq.launch)."""
+    from seq2seq.launch import command_line_error, with_run_overrides
+
+    monkeypatch.chdir(tmp_path)
+    args = as_plain_run(command, cli_run)
+    user_files(args, tmp_path)
+    plain = [a for a in args if not a.startswith("-")]
+    if any(a.startswith(("-cp", "-cn")) for a in args):
+        pytest.skip("a rerun from a run's .hydra: tests/test_reproduce.py runs it")
+    error = command_line_error(with_run_overrides(plain), CONFIG_DIR)
+    if command in FAILING:
+        assert error is not None and FAILING[command] in error
+    else:
+        assert error is None, f"{command}: {error}"
+
+
+# --- the tools: run in this process, on a finished run's files ---------------------------
+
+
+def tool_commands() -> list[str]:
+    return [c for c in all_commands() if "python -m seq2seq." in c and kind(c) == "run"]
+
+
+def with_files(command: str, run: Path, where: Path) -> tuple[str, list[str], str | None]:
+    """(tool, arguments, standard input) of a tool command, its placeholders given the run's
+    files: <best.ckpt>/CKPT/a.ckpt the best checkpoint, b.ckpt/c.ckpt others, RUN the run,
+    HYP/REF its test texts, DIR a new directory; sources.txt a file of inputs."""
+    (where / "sources.txt").write_text("3 1 4 1 5\n2 7\n", encoding="utf-8")
+    best = str(next((run / "checkpoints").glob("epoch*.ckpt")))
+    recent = sorted(str(p) for p in (run / "checkpoints").glob("recent-*.ckpt"))
+    names = {"<best.ckpt>": best, "CKPT": best, "a.ckpt": best, "b.ckpt": recent[0],
+             "c.ckpt": recent[1], "RUN": str(run), "outputs/train/runs/<run>": str(run),
+             "HYP": str(run / "test_hypotheses.txt"), "REF": str(run / "test_references.txt"),
+             "test_hypotheses.txt": str(run / "test_hypotheses.txt"),
+             "test_references.txt": str(run / "test_references.txt"),
+             "DIR": str(where / "export")}  # fmt: skip
+    stdin, args = None, shlex.split(command)
+    if args[0] == "cat":  # cat FILE | python -m ...
+        stdin = (where / args[1]).read_text(encoding="utf-8")
+        args = args[args.index("|") + 1 :]
+    if ">" in args:  # standard output to a file: what the tool prints is read below
+        args = args[: args.index(">")]
+    tool = args[2].removeprefix("seq2seq.")
+    return tool, [names.get(a, a) for a in args[3:]], stdin
+
+
+def test_tool_commands_in_the_docs_run_as_written(
+    cli_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    """In the order the pages show them (an export before the translate that reads it)."""
+    monkeypatch.chdir(tmp_path)
+    ran = set()
+    for command in tool_commands():
+        tool, args, stdin = with_files(command, cli_run, tmp_path)
+        if stdin is not None:
+            monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(stdin.encode())))
+        main = importlib.import_module(f"seq2seq.{tool}").main
+        code = main(args)
+        out, err = capsys.readouterr()
+        assert code == 0, f"{command}: exit {code}: {err[-500:]}"
+        assert out or tool in ("export", "average"), command
+        ran.add(tool)
+    assert ran == set(TOOLS)
+
+
+# --- bench/ and docs/ scripts: their command lines parse ---------------------------------
+
+
+class Parsed(Exception):
+    """Raised in place of running a script once its command line parsed."""
+
+
+def script_commands() -> list[str]:
+    return [c for c in all_commands() if kind(c) == "parsed"]
+
+
+@pytest.mark.parametrize("command", script_commands())
+def test_script_commands_in_the_docs_parse(command: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    args = shlex.split(command)[1:]
+    path = ROOT / args[0]
+    if "ArgumentParser" not in path.read_text(encoding="utf-8"):
+        assert args == [args[0]], f"{path.name} takes no arguments"
+        compile(path.read_text(encoding="utf-8"), str(path), "exec")
+        return
+    parse = argparse.ArgumentParser.parse_args
+
+    def parse_then_stop(self, *a, **k):
+        parse(self, *a, **k)
+        raise Parsed
+
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", parse_then_stop)
+    monkeypatch.setattr(sys, "argv", [str(path), *args[1:]])
+    monkeypatch.syspath_prepend(str(path.parent))
+    spec = importlib.util.spec_from_file_location(f"doc_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    with pytest.raises(Parsed):
+        module.main()
+
+
+def test_the_pictures_script_draws_from_the_projects_code(tmp_path: Path) -> None:
+    """The pictures that need no training (attention.png and curves.png come from a run made
+    by train(), which tests/test_cli.py and tests/test_curves.py cover)."""
+    sys.path.insert(0, str(ROOT / "docs"))
+    import pictures
+
+    assert pictures.main(["masks", "positions", "schedule", "--out", str(tmp_path)]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "masks.png",
+        "positions.png",
+        "schedule.png",
+    ]
+    with pytest.raises(SystemExit):
+        pictures.main(["nonsense"])
+    for name in pictures.PICTURES:
+        assert f"pictures/{name}.png" in "".join(p.read_text() for p in PAGES)
