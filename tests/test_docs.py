@@ -169,10 +169,10 @@ def cli_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     import train as entry
 
     where = tmp_path_factory.mktemp("cli_run")
-    # Five epochs of one step: five validations, whose checkpoints average_last keeps.
-    args = ["data.corpus.train_size=64", "data.corpus.val_size=16", "data.corpus.test_size=16",
-            "trainer.max_epochs=5", "average_last=5", f"hydra.run.dir={where / 'run'}",
-            f"paths.data_dir={where / 'data'}"]  # fmt: skip
+    # One epoch of five steps, validated after each: five checkpoints for average_last to keep.
+    args = ["data.corpus.train_size=320", "data.corpus.val_size=16", "data.corpus.test_size=16",
+            "trainer.max_epochs=1", "trainer.val_check_interval=1", "average_last=5",
+            f"hydra.run.dir={where / 'run'}", f"paths.data_dir={where / 'data'}"]  # fmt: skip
     argv, cwd = sys.argv, Path.cwd()
     try:
         sys.argv = ["train.py", *args]
