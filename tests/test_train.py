@@ -83,6 +83,7 @@ def test_fast_dev_run_for_every_task_and_size(
     data: str, model: str, tmp_path: Path, data_dir: Path
 ) -> None:
     overrides = [f"data={data}", f"model={model}", "debug=fdr", *small_data(data, tmp_path)]
+    overrides.append("data.batch_size=8")  # one batch of each stage: its size is no matter here
     summary = train(compose_train(tmp_path, data_dir, overrides))
     metrics = {"loss", "token_acc", "exact_match", "bleu", "chrf", "cer"}
     assert set(summary["test"]) == {f"test/{name}" for name in metrics}
