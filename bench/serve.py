@@ -205,7 +205,7 @@ def main() -> None:
         )  # fmt: skip
         if real and not args.no_quality:
             print(f"\nQuality on {args.sources} ({args.real.parent.parent.name}):\n")
-            print(f"Beam {load_module(args.real).hparams.beam_size}; 'computes as': the type")
+            print(f"Beam {load_module(args.real).decoding.beam_size}; 'computes as': the type")
             print("CTranslate2 chose on this machine for the export's weights.\n")
             print_table(
                 ["decoder", "computes as", "MiB", "BLEU", "chrF", "seconds",

@@ -37,12 +37,14 @@ __all__ = [
     "FORMAT_VERSION",
     "CheckpointError",
     "RunState",
+    "TrainedModel",
     "carry_run_record",
     "load_checkpoint",
     "load_for_evaluation",
     "load_module",
     "module_from_checkpoint",
     "run_record",
+    "trained_model",
     "write_run_config",
 ]
 
@@ -162,15 +164,92 @@ class RunState:
             torch.cuda.set_rng_state_all(states["cuda"])
 
 
-def load_module(path: str | Path, map_location: str | torch.device = "cpu"):
-    """A Seq2SeqModule (in eval mode) rebuilt from a checkpoint alone."""
-    return module_from_checkpoint(load_checkpoint(path, map_location), path, map_location)
+class TrainedModel:
+    """A trained network as a checkpoint holds it, ready to use: the network (eval mode), its
+    source and target tokenizers, and the hyperparameters it was saved with (its decoding
+    defaults among them). Plain PyTorch: translate, inspect and export read checkpoints
+    through it and never import Lightning; the LightningModule is for training and for testing
+    a checkpoint (train=false)."""
+
+    def __init__(self, hparams: dict[str, Any], src_vocab: Any, tgt_vocab: Any, model: Any):
+        self.hparams, self.src_vocab, self.tgt_vocab, self.model = (
+            hparams,
+            src_vocab,
+            tgt_vocab,
+            model,
+        )
+
+    @property
+    def config(self) -> Any:
+        """The network's ModelConfig."""
+        return self.model.config
+
+    @property
+    def decoding(self) -> Any:
+        """The DecodingConfig the checkpoint was saved with (length rule, beam, penalty)."""
+        from seq2seq.decoding import DecodingConfig
+
+        return DecodingConfig.from_hparams(self.hparams)
+
+    def generate(self, src: torch.Tensor, beam_size: int = 1) -> torch.Tensor:
+        """(B, S) source ids -> (B, L) predictions, as the module's generate makes them."""
+        from seq2seq.decoding import generate
+
+        return generate(self.model, src, self.decoding, beam_size)
+
+    def greedy(self, src: torch.Tensor) -> torch.Tensor:
+        """(B, S) source ids -> (B, L) greedy predictions (EOS, then padding)."""
+        return self.generate(src, beam_size=1)
 
 
-def module_from_checkpoint(
+def load_module(path: str | Path, map_location: str | torch.device = "cpu") -> TrainedModel:
+    """The trained model of a checkpoint, rebuilt from the file alone."""
+    return trained_model(load_checkpoint(path, map_location), path, map_location)
+
+
+def trained_model(
     checkpoint: dict[str, Any], path: str | Path, map_location: str | torch.device = "cpu"
-):
-    """A Seq2SeqModule (in eval mode) from a checkpoint dict load_checkpoint returned."""
+) -> TrainedModel:
+    """The TrainedModel of a checkpoint dict load_checkpoint returned: its hyperparameters
+    checked and completed as the module does (seq2seq.hparams), the network's weights loaded
+    strictly."""
+    from seq2seq.hparams import build_network, complete_hparams
+
+    saved = checkpoint["hyper_parameters"]
+    try:
+        given = {k: v for k, v in saved.items() if k not in ("net", "src_vocab", "tgt_vocab")}
+        vocabs = {"src_vocab": saved["src_vocab"], "tgt_vocab": saved["tgt_vocab"]}
+        hparams = {**complete_hparams(saved.get("net"), given), **vocabs}
+        src_vocab, tgt_vocab, model = build_network(hparams)
+    except (KeyError, TypeError, ValueError) as error:
+        raise CheckpointError(
+            f"{path} holds hyperparameters this version cannot use: {error}"
+        ) from None
+    weights = checkpoint["state_dict"]
+    network = {k.removeprefix("model."): v for k, v in weights.items() if k.startswith("model.")}
+    _load_weights(model, network, path, others=[k for k in weights if not k.startswith("model.")])
+    return TrainedModel(hparams, src_vocab, tgt_vocab, model.to(map_location).eval())
+
+
+def _load_weights(
+    module: torch.nn.Module, weights: dict[str, Any], path: str | Path, others: list[str]
+) -> None:
+    """Load weights into module, every tensor of the right shape and none missing or extra."""
+    try:
+        missing, unexpected = module.load_state_dict(weights, strict=False)
+    except RuntimeError as error:  # a tensor of another shape
+        detail = " ".join(str(error).split())
+        raise CheckpointError(f"{path} does not match its own model config: {detail}") from None
+    unexpected = [*others, *unexpected]
+    if missing or unexpected:
+        raise CheckpointError(
+            f"{path} does not match its own model config: missing {missing[:5]}, "
+            f"unexpected {unexpected[:5]}"
+        )
+
+
+def module_from_checkpoint(checkpoint: dict[str, Any], path: str | Path):
+    """The LightningModule (eval mode) of a checkpoint dict, to test it (train=false)."""
     from seq2seq.module import Seq2SeqModule
 
     try:
@@ -179,17 +258,8 @@ def module_from_checkpoint(
         raise CheckpointError(
             f"{path} holds hyperparameters this version cannot use: {error}"
         ) from None
-    try:
-        missing, unexpected = module.load_state_dict(checkpoint["state_dict"], strict=False)
-    except RuntimeError as error:  # a tensor of another shape
-        detail = " ".join(str(error).split())
-        raise CheckpointError(f"{path} does not match its own model config: {detail}") from None
-    if missing or unexpected:
-        raise CheckpointError(
-            f"{path} does not match its own model config: missing {missing[:5]}, "
-            f"unexpected {unexpected[:5]}"
-        )
-    return module.to(map_location).eval()
+    _load_weights(module, checkpoint["state_dict"], path, others=[])
+    return module.eval()
 
 
 def load_for_evaluation(path: str | Path, tokenizers: tuple[Any, Any], model_config: Any):
@@ -198,7 +268,7 @@ def load_for_evaluation(path: str | Path, tokenizers: tuple[Any, Any], model_con
     the config's model group, everything else from the checkpoint."""
     from seq2seq.decoding import DECODING_KEYS
 
-    module = load_module(path)
+    module = module_from_checkpoint(load_checkpoint(path), path)
     if (module.src_vocab, module.tgt_vocab) != tokenizers:
         raise ValueError(
             f"the vocabulary of {path} differs from the configured data's; "

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from seq2seq.checkpoint import load_checkpoint, load_module, module_from_checkpoint, run_record
+from seq2seq.checkpoint import load_checkpoint, load_module, run_record, trained_model
 from seq2seq.checks import flatten
 from seq2seq.cli import ArgumentParser, run_tool
 from seq2seq.curves import save_figure, write_curves
@@ -42,7 +42,7 @@ def parameter_counts(module: torch.nn.Module) -> dict[str, int]:
 def report(path: str) -> dict[str, Any]:
     """Everything inspect knows about one checkpoint, as plain values."""
     checkpoint = load_checkpoint(path)
-    module = module_from_checkpoint(checkpoint, path)
+    module = trained_model(checkpoint, path)
     best = {}
     for key, state in checkpoint.get("callbacks", {}).items():
         if key.startswith("ModelCheckpoint") and state.get("best_model_score") is not None:

@@ -19,8 +19,6 @@ from seq2seq.callbacks import TimeBudget
 
 log = logging.getLogger(__name__)
 
-SCHEDULES = ("inverse_sqrt", "cosine", "constant")
-
 
 def lr_lambda(
     schedule: str,

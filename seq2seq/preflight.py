@@ -49,8 +49,8 @@ def check_config(cfg: DictConfig) -> Any:
 
 def check_model_config(model: DictConfig) -> None:
     """The module's and the model's checks, on the config alone (vocabulary sizes aside)."""
+    from seq2seq.hparams import complete_hparams
     from seq2seq.model import ModelConfig
-    from seq2seq.module import complete_hparams
 
     given = OmegaConf.to_container(model, resolve=True)
     settings = {k: v for k, v in given.items() if not k.startswith("_")}

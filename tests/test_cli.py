@@ -38,6 +38,30 @@ def ckpt(trained: Trained) -> str:
     return trained[0]["best_checkpoint"]
 
 
+# --- the tools stand apart from the training shell -------------------------------------------
+
+SHELL = ("lightning", "lightning_fabric", "pytorch_lightning", "hydra", "omegaconf", "torchmetrics")
+USE_A_CHECKPOINT = """
+import sys
+from seq2seq import average, export, inspect, score, translate
+from seq2seq.checkpoint import load_module
+module = load_module(sys.argv[1])
+assert translate.main(["--ckpt", sys.argv[1], "3 1 4"]) == 0
+assert inspect.main([sys.argv[1]]) == 0
+print(sorted({name.split(".")[0] for name in sys.modules} & set(sys.argv[2:])))
+"""
+
+
+def test_the_tools_read_a_checkpoint_without_lightning_or_hydra(trained: Trained) -> None:
+    """translate, inspect, export, average and score load a checkpoint, translate and report
+    with plain PyTorch (checkpoint.TrainedModel): no seconds spent importing the training
+    shell, which a LightningModule would pull in."""
+    command = [sys.executable, "-c", USE_A_CHECKPOINT, ckpt(trained), *SHELL]
+    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines()[-1] == "[]"
+
+
 # --- translate --------------------------------------------------------------------------------
 
 

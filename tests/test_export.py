@@ -310,9 +310,9 @@ def untrained_checkpoint(path: Path, **net) -> str:
 @pytest.mark.parametrize("quantization", ["int8", "float16"])
 def test_exporting_leaves_the_module_as_it_was(quantization, tmp_path) -> None:
     module = load_module(untrained_checkpoint(tmp_path / "m.ckpt"))
-    before = {name: tensor.clone() for name, tensor in module.state_dict().items()}
+    before = {name: tensor.clone() for name, tensor in module.model.state_dict().items()}
     write_export(module, tmp_path / "out", quantization)
-    after = module.state_dict()
+    after = module.model.state_dict()
     assert [name for name in before if not torch.equal(before[name], after[name])] == []
 
 

@@ -199,7 +199,7 @@ def test_module_hyperparameters_are_checked_completed_and_saved_flat() -> None:
     hyper_parameters), given or at its default; a bad or unknown one fails in one line."""
     from seq2seq.data.vocab import Vocabulary
     from seq2seq.decoding import DECODING_KEYS, DecodingConfig
-    from seq2seq.module import TRAINING_KEYS, TrainingConfig
+    from seq2seq.hparams import TRAINING_KEYS, TrainingConfig
 
     vocab = Vocabulary(["a", "b"]).to_dict()
     net = {"d_model": 16, "num_heads": 2, "d_ff": 32}
