@@ -121,7 +121,7 @@ def build_module(cfg: DictConfig, src_vocab: Any, tgt_vocab: Any) -> Any:
     if cfg.train:
         log.info("Instantiating model <%s>", cfg.model._target_)
         return instantiate(cfg.model, src_vocab=src_vocab.to_dict(), tgt_vocab=tgt_vocab.to_dict())
-    from seq2seq.checkpoint import load_for_evaluation
+    from seq2seq.module import load_for_evaluation
 
     log.info("Loading model from %s", cfg.ckpt_path)
     return load_for_evaluation(cfg.ckpt_path, (src_vocab, tgt_vocab), cfg.model)

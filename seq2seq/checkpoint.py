@@ -40,9 +40,8 @@ __all__ = [
     "TrainedModel",
     "carry_run_record",
     "load_checkpoint",
-    "load_for_evaluation",
     "load_module",
-    "module_from_checkpoint",
+    "load_weights",
     "run_record",
     "trained_model",
     "write_run_config",
@@ -227,11 +226,11 @@ def trained_model(
         ) from None
     weights = checkpoint["state_dict"]
     network = {k.removeprefix("model."): v for k, v in weights.items() if k.startswith("model.")}
-    _load_weights(model, network, path, others=[k for k in weights if not k.startswith("model.")])
+    load_weights(model, network, path, others=[k for k in weights if not k.startswith("model.")])
     return TrainedModel(hparams, src_vocab, tgt_vocab, model.to(map_location).eval())
 
 
-def _load_weights(
+def load_weights(
     module: torch.nn.Module, weights: dict[str, Any], path: str | Path, others: list[str]
 ) -> None:
     """Load weights into module, every tensor of the right shape and none missing or extra."""
@@ -246,34 +245,3 @@ def _load_weights(
             f"{path} does not match its own model config: missing {missing[:5]}, "
             f"unexpected {unexpected[:5]}"
         )
-
-
-def module_from_checkpoint(checkpoint: dict[str, Any], path: str | Path):
-    """The LightningModule (eval mode) of a checkpoint dict, to test it (train=false)."""
-    from seq2seq.module import Seq2SeqModule
-
-    try:
-        module = Seq2SeqModule(**checkpoint["hyper_parameters"])
-    except (TypeError, ValueError) as error:
-        raise CheckpointError(
-            f"{path} holds hyperparameters this version cannot use: {error}"
-        ) from None
-    _load_weights(module, checkpoint["state_dict"], path, others=[])
-    return module.eval()
-
-
-def load_for_evaluation(path: str | Path, tokenizers: tuple[Any, Any], model_config: Any):
-    """The module of a checkpoint to test on the configured data (train=false): its
-    tokenizers must be the data's; the decoding settings (DecodingConfig's fields) come from
-    the config's model group, everything else from the checkpoint."""
-    from seq2seq.decoding import DECODING_KEYS
-
-    module = module_from_checkpoint(load_checkpoint(path), path)
-    if (module.src_vocab, module.tgt_vocab) != tokenizers:
-        raise ValueError(
-            f"the vocabulary of {path} differs from the configured data's; "
-            "evaluate with the data config the checkpoint was trained on"
-        )
-    for name in DECODING_KEYS:
-        module.hparams[name] = model_config[name]
-    return module

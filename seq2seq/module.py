@@ -20,9 +20,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from seq2seq.checkpoint import RunState
+from seq2seq.checkpoint import CheckpointError, RunState, load_checkpoint, load_weights
 from seq2seq.curves import TIME
-from seq2seq.decoding import DecodingConfig, generate
+from seq2seq.decoding import DECODING_KEYS, DecodingConfig, generate
 from seq2seq.doctor import Doctor
 from seq2seq.hparams import build_network, complete_hparams
 from seq2seq.metrics import StageMetrics, TextRow, write_test_texts
@@ -218,3 +218,30 @@ class Seq2SeqModule(L.LightningModule):
     def decoding(self) -> DecodingConfig:
         # Read from hparams each time: evaluating a checkpoint (train=false) sets new values.
         return DecodingConfig.from_hparams(self.hparams)
+
+
+def module_from_checkpoint(checkpoint: dict[str, Any], path: str | Path):
+    """The LightningModule (eval mode) of a checkpoint dict, to test it (train=false)."""
+    try:
+        module = Seq2SeqModule(**checkpoint["hyper_parameters"])
+    except (TypeError, ValueError) as error:
+        raise CheckpointError(
+            f"{path} holds hyperparameters this version cannot use: {error}"
+        ) from None
+    load_weights(module, checkpoint["state_dict"], path, others=[])
+    return module.eval()
+
+
+def load_for_evaluation(path: str | Path, tokenizers: tuple[Any, Any], model_config: Any):
+    """The module of a checkpoint to test on the configured data (train=false): its
+    tokenizers must be the data's; the decoding settings (DecodingConfig's fields) come from
+    the config's model group, everything else from the checkpoint."""
+    module = module_from_checkpoint(load_checkpoint(path), path)
+    if (module.src_vocab, module.tgt_vocab) != tokenizers:
+        raise ValueError(
+            f"the vocabulary of {path} differs from the configured data's; "
+            "evaluate with the data config the checkpoint was trained on"
+        )
+    for name in DECODING_KEYS:
+        module.hparams[name] = model_config[name]
+    return module
