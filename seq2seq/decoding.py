@@ -25,6 +25,8 @@ from seq2seq.model import DecoderCache, Seq2SeqTransformer
 __all__ = [
     "DECODING_KEYS",
     "DecodingConfig",
+    "Sampling",
+    "Search",
     "beam_search",
     "generate",
     "greedy_decode",
@@ -67,6 +69,33 @@ class DecodingConfig:
 
 
 DECODING_KEYS = tuple(field.name for field in fields(DecodingConfig))
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """Draw each token instead of searching (translate --sample): sample_decode's settings."""
+
+    temperature: float = 1.0
+    top_k: int = 0  # keep the k most likely tokens (0: all)
+    top_p: float = 1.0  # keep the most likely tokens whose probability reaches p (1.0: all)
+
+
+@dataclass(frozen=True)
+class Search:
+    """What translate asks of either backend (the checkpoint, or its CTranslate2 export): the
+    DecodingConfig (beam width, length penalty; the length rule gives max_len), how many
+    outputs an input (n_best <= beam), or sampling instead of a search."""
+
+    decoding: DecodingConfig
+    n_best: int = 1
+    sampling: Sampling | None = None
+
+    def __post_init__(self) -> None:
+        checks.integer("n_best", self.n_best, minimum=1)
+        if self.sampling is None and self.n_best > self.decoding.beam_size:
+            raise ValueError(
+                f"--n-best {self.n_best} needs a beam at least as wide: add --beam {self.n_best}"
+            )
 
 
 def generate(

@@ -9,13 +9,12 @@ and the <unk> warnings are the PyTorch path's own.
 from __future__ import annotations
 
 import json
-from argparse import Namespace
 from pathlib import Path
 from typing import Any
 
 from seq2seq import checks
 from seq2seq.data.tokenizer import load_tokenizer
-from seq2seq.decoding import DecodingConfig
+from seq2seq.decoding import DecodingConfig, Search
 from seq2seq.export import EXPORT_FILE, EXPORT_FORMAT, import_ctranslate2, token_strings
 
 __all__ = ["ExportedModel"]
@@ -68,12 +67,9 @@ class ExportedModel:
             raise ValueError(f"CTranslate2 cannot load {path}: {detail}") from None
         ctranslate2.set_random_seed(seed)
 
-    def generate(self, rows: list[list[int]], max_len: int, args: Namespace) -> list[list[tuple]]:
-        """Per source row of token ids, a list of (score, token ids) pairs, best first.
-
-        args holds translate's search settings: beam, n_best, length_penalty, sample,
-        temperature, top_k (0: all), top_p.
-        """
+    def generate(self, rows: list[list[int]], max_len: int, search: Search) -> list[list[tuple]]:
+        """Per source row of token ids, a list of (score, token ids) pairs, best first: the
+        search translate asks for, as CTranslate2's options."""
         source = [[self._src_tokens[i] for i in row] for row in rows]
         options: dict[str, Any] = {
             "max_decoding_length": max_len,
@@ -81,15 +77,16 @@ class ExportedModel:
             "min_decoding_length": 0,
             "return_scores": True,
         }
-        if args.sample:
+        if search.sampling is not None:
+            s = search.sampling
             options.update(
-                beam_size=1, sampling_topk=args.top_k, sampling_topp=args.top_p,
-                sampling_temperature=args.temperature,
+                beam_size=1, sampling_topk=s.top_k, sampling_topp=s.top_p,
+                sampling_temperature=s.temperature,
             )  # fmt: skip
         else:
             options.update(
-                beam_size=args.beam, num_hypotheses=args.n_best,
-                length_penalty=args.length_penalty,
+                beam_size=search.decoding.beam_size, num_hypotheses=search.n_best,
+                length_penalty=search.decoding.length_penalty,
             )  # fmt: skip
         results = self.translator.translate_batch(source, **options)
         return [

@@ -17,7 +17,7 @@ import argparse
 import math
 import sys
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -26,7 +26,14 @@ from torch import Tensor
 from seq2seq.checkpoint import load_module
 from seq2seq.cli import ArgumentParser, run_tool
 from seq2seq.data.tokenizer import clean, text_lines
-from seq2seq.decoding import DecodingConfig, beam_search, greedy_decode, sample_decode
+from seq2seq.decoding import (
+    DecodingConfig,
+    Sampling,
+    Search,
+    beam_search,
+    greedy_decode,
+    sample_decode,
+)
 
 
 @dataclass
@@ -49,10 +56,19 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     model.add_argument("--ckpt", help="a checkpoint written by train.py")
     model.add_argument("--model", help="a CTranslate2 directory written by seq2seq.export")
     parser.add_argument("--input", help="a file with one input a line ('-': standard input)")
-    parser.add_argument("--beam", type=int, default=1, help="beam width (1: greedy)")
+    parser.add_argument(
+        "--beam", type=int, default=None,
+        help="beam width (1: greedy; default: the model's own, model.beam_size when trained)",
+    )  # fmt: skip
     parser.add_argument("--n-best", type=int, default=1, help="outputs per input (<= --beam)")
-    parser.add_argument("--length-penalty", type=float, default=None, help="beam ranking")
-    parser.add_argument("--max-len", type=int, default=None, help="most new tokens per output")
+    parser.add_argument(
+        "--length-penalty", type=float, default=None,
+        help="beam search ranks by log-probability / length ** this (default: the model's own)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--max-len", type=int, default=None,
+        help="most new tokens per output (default: the model's rule, a * source length + b)",
+    )  # fmt: skip
     parser.add_argument("--sample", action="store_true", help="sample instead of searching")
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--top-k", type=int, default=0)
@@ -82,9 +98,9 @@ def option_error(args: argparse.Namespace) -> str | None:
         value = getattr(args, name)
         if value is not None and value < 1:
             return f"--{name.replace('_', '-')} must be at least 1, got {value}"
-    if args.sample and (args.beam > 1 or args.n_best > 1):
+    if args.sample and ((args.beam or 1) > 1 or args.n_best > 1):
         return "--sample draws one output per input: drop --beam and --n-best"
-    if args.n_best > args.beam:
+    if args.beam is not None and args.n_best > args.beam:
         return f"--n-best {args.n_best} needs a beam at least as wide: add --beam {args.n_best}"
     if args.length_penalty is not None and not math.isfinite(args.length_penalty):
         return f"--length-penalty must be a finite number, got {args.length_penalty}"
@@ -99,6 +115,17 @@ def option_error(args: argparse.Namespace) -> str | None:
     if args.compute_type is not None and args.ckpt:
         return "--compute-type is for a CTranslate2 --model; drop it with --ckpt"
     return None
+
+
+def search_for(args: argparse.Namespace, saved: DecodingConfig) -> Search:
+    """The search the options ask for; what they leave out is the model's own, as it was
+    tested (its beam width, widened to --n-best; its length penalty; its length rule)."""
+    if args.sample:
+        sampling = Sampling(args.temperature, args.top_k, args.top_p)
+        return Search(replace(saved, beam_size=1), sampling=sampling)
+    beam = args.beam if args.beam is not None else max(saved.beam_size, args.n_best)
+    penalty = saved.length_penalty if args.length_penalty is None else args.length_penalty
+    return Search(replace(saved, beam_size=beam, length_penalty=penalty), n_best=args.n_best)
 
 
 def read_inputs(args: argparse.Namespace) -> list[str]:
@@ -158,20 +185,19 @@ class CheckpointModel:
         self.decoding = self.module.decoding
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
 
-    def generate(self, rows: list[list[int]], max_len: int, args: argparse.Namespace) -> list:
-        """Per source row of token ids, a list of (score, token ids) pairs, best first; args:
-        translate's search settings (length_penalty resolved)."""
+    def generate(self, rows: list[list[int]], max_len: int, search: Search) -> list:
+        """Per source row of token ids, a list of (score, token ids) pairs, best first."""
         model, src = self.module.model, pad(rows, self.src_vocab.pad_id, self.device)
-        if args.sample:
+        if search.sampling is not None:
+            s = search.sampling
             out = sample_decode(
-                model, src, max_len, args.temperature, args.top_k, args.top_p, self.generator
+                model, src, max_len, s.temperature, s.top_k, s.top_p, self.generator
             )
             return [[(float("nan"), row)] for row in out.tolist()]
-        if args.beam == 1:
+        beam, penalty = search.decoding.beam_size, search.decoding.length_penalty
+        if beam == 1:
             return [[(float("nan"), row)] for row in greedy_decode(model, src, max_len).tolist()]
-        tokens, scores = beam_search(
-            model, src, max_len, args.beam, args.length_penalty, args.n_best
-        )
+        tokens, scores = beam_search(model, src, max_len, beam, penalty, search.n_best)
         return [
             list(zip(s, t, strict=True))
             for s, t in zip(scores.tolist(), tokens.tolist(), strict=True)
@@ -219,15 +245,13 @@ def translate(args: argparse.Namespace) -> list[str]:
                 "mapped to <unk>",
                 file=sys.stderr,
             )
-    decoding: DecodingConfig = model.decoding
-    if args.length_penalty is None:  # the model's own (model.length_penalty when trained)
-        args = argparse.Namespace(**{**vars(args), "length_penalty": decoding.length_penalty})
+    search = search_for(args, model.decoding)
     results: dict[int, list[tuple]] = {}
     for batch in batches(encoded, args.batch_size):
         rows = [item.ids for item in batch]
-        limit = decoding.max_len(max(len(row) for row in rows), model.max_positions)
+        limit = search.decoding.max_len(max(len(row) for row in rows), model.max_positions)
         max_len = min(args.max_len or limit, model.max_positions)
-        for item, hyps in zip(batch, model.generate(rows, max_len, args), strict=True):
+        for item, hyps in zip(batch, model.generate(rows, max_len, search), strict=True):
             results[item.index] = hyps
     out = []
     for index in range(len(lines)):

@@ -17,6 +17,7 @@ from omegaconf import DictConfig
 from seq2seq import inspect as inspect_cli
 from seq2seq import translate as translate_cli
 from seq2seq.checkpoint import FORMAT_VERSION
+from seq2seq.decoding import beam_search
 from seq2seq.plots import attention_figure
 from train import train
 
@@ -91,6 +92,29 @@ def test_translate_from_a_file_in_batches(trained: Trained, tmp_path: Path, caps
     assert translate_cli.main(args) == 0
     assert capsys.readouterr().out.splitlines() == expected
     assert sum(e == s for e, s in zip(expected, sources, strict=True)) >= 20  # it copies
+
+
+def test_translate_searches_as_the_checkpoint_says_unless_told(
+    trained: Trained, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    """--beam, --length-penalty and the length rule default to the checkpoint's decoding
+    settings (what its test split was decoded with); --n-best widens the beam to itself."""
+    checkpoint = torch.load(ckpt(trained), weights_only=True)
+    checkpoint["hyper_parameters"] |= {"beam_size": 4, "length_penalty": 0.6}
+    torch.save(checkpoint, tmp_path / "beam4.ckpt")
+    searched = []
+
+    def spy(model, src, max_len, beam_size, length_penalty, n_best=1):
+        searched.append((beam_size, length_penalty, n_best))
+        return beam_search(model, src, max_len, beam_size, length_penalty, n_best)
+
+    monkeypatch.setattr(translate_cli, "beam_search", spy)
+    for options in ([], ["--beam", "2", "--length-penalty", "1.0"], ["--n-best", "5"]):
+        assert translate_cli.main(["--ckpt", str(tmp_path / "beam4.ckpt"), *options, "3 1"]) == 0
+    assert searched == [(4, 0.6, 1), (2, 1.0, 1), (5, 0.6, 5)]
+    assert translate_cli.main(["--ckpt", ckpt(trained), "--n-best", "2", "3 1"]) == 0
+    assert searched[-1] == (2, 1.0, 2)  # a greedy checkpoint: the beam widened to --n-best
+    capsys.readouterr()
 
 
 def test_translate_n_best_prints_scored_lines(trained: Trained, capsys) -> None:

@@ -15,7 +15,6 @@ import json
 import os
 import subprocess
 import sys
-from argparse import Namespace
 from pathlib import Path
 
 import pytest
@@ -25,7 +24,7 @@ from helpers import ROOT, compose_train
 from seq2seq import export as export_cli
 from seq2seq import translate as translate_cli
 from seq2seq.checkpoint import load_module
-from seq2seq.decoding import beam_search, greedy_decode
+from seq2seq.decoding import DecodingConfig, Search, beam_search, greedy_decode
 from seq2seq.export import export, model_spec, write_export
 from seq2seq.exported import ExportedModel
 from seq2seq.module import Seq2SeqModule
@@ -101,7 +100,7 @@ def ct2_translate(
 ) -> list:
     """CTranslate2's search on rows of our token ids through translate's --model path
     (ExportedModel, 2 threads): (score, ids) per hypothesis, best first, as ours."""
-    search = Namespace(sample=False, beam=beam, n_best=n_best, length_penalty=penalty)
+    search = Search(DecodingConfig(beam_size=beam, length_penalty=penalty), n_best=n_best)
     return ExportedModel(directory, threads=2).generate(rows, max_len, search)
 
 

@@ -41,7 +41,7 @@ OPTION_ROWS = [
     (["--beam", "0"], "--beam must be at least 1, got 0"),
     (["--beam", "-1"], "--beam must be at least 1, got -1"),
     (["--beam", "abc"], "argument --beam: invalid int value: 'abc'"),
-    (["--n-best", "3"], "--n-best 3 needs a beam at least as wide: add --beam 3"),
+    (["--beam", "2", "--n-best", "3"], "--n-best 3 needs a beam at least as wide: add --beam 3"),
     (["--batch-size", "0"], "--batch-size must be at least 1, got 0"),
     (["--max-len", "0"], "--max-len must be at least 1, got 0"),
     (["--beam", "2", "--length-penalty", "nan"], "--length-penalty must be a finite number"),
