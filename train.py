@@ -140,8 +140,15 @@ def main(cfg: DictConfig) -> float | None:
         sys.exit(1)
     except SIGTERMException:
         sys.exit(128 + 15)  # as a process killed by SIGTERM; last.ckpt is saved (see the log)
-    # A sweeper (e.g. Optuna) optimises the returned value.
-    return summary["test"].get("test/exact_match")
+    return optimized_value(cfg, summary)
+
+
+def optimized_value(cfg: DictConfig, summary: dict) -> float | None:
+    """What a sweeper (e.g. Optuna) optimises: the test split's value of the metric the
+    checkpoints are ranked by (callbacks.model_checkpoint.monitor: val/exact_match by default,
+    val/chrf for real text), so the search and the choice of checkpoint agree."""
+    monitor = OmegaConf.select(cfg, "callbacks.model_checkpoint.monitor") or "val/exact_match"
+    return summary["test"].get(monitor.replace("val/", "test/", 1))
 
 
 def cli() -> None:

@@ -157,3 +157,15 @@ def test_optuna_search_runs_trials_and_reports_the_best(
     (sweep_dir,) = (tmp_path / "outputs" / "train" / "multiruns").iterdir()
     assert (sweep_dir / "optimization_results.yaml").exists()
     assert len((sweep_dir / "sweep_summary.csv").read_text().splitlines()) == 3
+
+
+def test_a_search_optimises_the_metric_checkpoints_are_ranked_by(tmp_path: Path) -> None:
+    """Optuna maximises what train.py returns: the test value of the checkpoint monitor's
+    metric, exact match on the symbol tasks and chrF on real text."""
+    from train import optimized_value
+
+    summary = {"test": {"test/exact_match": 0.25, "test/chrf": 0.5}}
+    copy = compose_train(tmp_path, tmp_path / "data", [])
+    real = compose_train(tmp_path, tmp_path / "data", ["experiment=tatoeba_en_fr"])
+    assert optimized_value(copy, summary) == 0.25
+    assert optimized_value(real, summary) == 0.5
