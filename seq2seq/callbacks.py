@@ -134,6 +134,7 @@ class TimeBudget(Callback):
         self._stopped_at: int | None = None
         self._train_seconds: float | None = None
         self._warmup_end: float | None = None  # progress() when the warmup ended
+        self._pace_logged = False
 
     @property
     def active(self) -> bool:
@@ -172,19 +173,37 @@ class TimeBudget(Callback):
         self._progress = max(self._progress, min(1.0, self._timer.time_elapsed("train") / usable))
         return self._progress
 
-    def decay_progress(self, step: int, warmup_steps: int) -> float | None:
+    def warming_up(self, step: int, warmup_steps: int, warmup_share: float | None) -> bool:
+        """Whether optimizer step `step` is in the warmup: before warmup_steps, and (with a
+        warmup_share) before training has taken that share of its time."""
+        if step >= warmup_steps:
+            return False
+        progress = self.progress()
+        return warmup_share is None or progress is None or progress < warmup_share
+
+    def warmup_progress(self, warmup_share: float | None) -> float | None:
+        """How far a warmup by the clock has come (0 to 1), or None without a budget or share."""
+        progress = self.progress()
+        if progress is None or warmup_share is None:
+            return None
+        return min(1.0, progress / warmup_share)
+
+    def decay_progress(
+        self, step: int, warmup_steps: int, warmup_share: float | None = None
+    ) -> float | None:
         """How far the decay after the warmup has come (0 to 1) by the clock: the time since
         the warmup ended over the time from then to the stop, so the schedule ends at the
         stop without a jump however long the warmup took. None without a budget."""
         progress = self.progress()
-        if progress is None or step < warmup_steps:
+        if progress is None or self.warming_up(step, warmup_steps, warmup_share):
             return None if progress is None else 0.0
         if self._warmup_end is None:  # the first step after the warmup
             self._warmup_end = progress
             if progress > 0.5:
                 log.warning(
                     "the warmup (model.warmup_steps=%d) took %.0f%% of the time budget, leaving "
-                    "the rest for the decay: lower model.warmup_steps for this budget",
+                    "the rest for the decay: lower model.warmup_steps for this budget, or set "
+                    "model.warmup_share",
                     warmup_steps, 100 * progress,
                 )  # fmt: skip
         if self._warmup_end >= 1.0:
@@ -203,6 +222,24 @@ class TimeBudget(Callback):
     def on_validation_epoch_end(self, trainer: Any, pl_module: Any) -> None:
         if self._validation_started is not None and not trainer.sanity_checking:
             self._validation_seconds = time.monotonic() - self._validation_started
+            if self.active and not self._pace_logged and trainer.is_global_zero:
+                self._log_pace(trainer.global_step, pl_module.hparams)
+
+    def _log_pace(self, steps: int, hparams: Any) -> None:
+        """What the run will do in steps, from its pace so far (logged once)."""
+        elapsed = self._timer.time_elapsed("train")
+        if steps < 1 or elapsed <= 0:
+            return
+        self._pace_logged = True
+        usable = max(self._budget - self.reserve(), 0.0)
+        total = int(steps / elapsed * usable)
+        warmup, share = hparams["warmup_steps"], hparams.get("warmup_share")
+        ends = min(warmup, int(share * total)) if share is not None else warmup
+        log.info(
+            "Time budget: %.3f s a training step so far, so about %d steps in the %.0f s of "
+            "training the budget leaves; the warmup ends at step %s (%.0f%% of them)",
+            elapsed / steps, total, usable, f"{ends:,}", 100 * ends / max(total, 1),
+        )  # fmt: skip
 
     def on_train_batch_end(self, trainer: Any, *args: Any, **kwargs: Any) -> None:
         if not self.active or self._stopped_at is not None:

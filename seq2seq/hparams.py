@@ -37,6 +37,10 @@ class TrainingConfig:
     weight_decay: float = 0.01  # AdamW's, on matrices only (not biases or norm gains)
     schedule: str = "inverse_sqrt"  # inverse_sqrt, cosine or constant, after the warmup
     warmup_steps: int = 100  # of linear warmup
+    # With a time budget (trainer.max_time), the warmup also ends once training has taken this
+    # share of the budget's training time, if that comes before warmup_steps: the warmup then
+    # scales with the steps the budget buys on this machine and corpus. None: steps alone.
+    warmup_share: float | None = None
     min_lr_ratio: float = 0.0  # the cosine schedule ends at lr * min_lr_ratio
     label_smoothing: float = 0.1  # of the cross-entropy loss
     log_examples: int = 3  # decoded validation examples written to the log each validation
@@ -64,6 +68,14 @@ class TrainingConfig:
         checks.number("model.weight_decay", self.weight_decay, low=0)
         checks.choice("model.schedule", self.schedule, SCHEDULES)
         checks.integer("model.warmup_steps", self.warmup_steps, minimum=0)
+        if self.warmup_share is not None:
+            checks.number("model.warmup_share", self.warmup_share, 0, 1, True, True)
+            if self.schedule != "cosine":
+                raise ValueError(
+                    f"model.warmup_share={self.warmup_share} needs model.schedule=cosine (the "
+                    f"{self.schedule} schedule follows the warmup's step count); set "
+                    "model.schedule=cosine or model.warmup_share=null"
+                )
         checks.number("model.min_lr_ratio", self.min_lr_ratio, low=0, high=1)
         checks.number("model.label_smoothing", self.label_smoothing, 0, 1, high_open=True)
         checks.integer("model.log_examples", self.log_examples, minimum=0)

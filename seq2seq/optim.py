@@ -26,6 +26,7 @@ def lr_lambda(
     total_steps: Callable[[], float],
     min_lr_ratio: float,
     time_progress: Callable[[int], float | None] | None = None,
+    warmup: Callable[[int], tuple[bool, float | None]] | None = None,
 ) -> Callable[[int], float]:
     """Multiplier of the peak learning rate at optimizer step `step` (0-based).
 
@@ -33,7 +34,10 @@ def lr_lambda(
     min_lr_ratio at the end of training, or constant. The end is total_steps() (asked only when
     the cosine needs it, after the warmup; inf without a step limit) or, with a time budget,
     when time_progress(step), the decay's progress by the clock, reaches 1
-    (callbacks.TimeBudget.decay_progress), whichever comes first.
+    (callbacks.TimeBudget.decay_progress), whichever comes first. With a warmup by the clock
+    (model.warmup_share), warmup(step) says whether step is still warming up and how far by the
+    clock (TimeBudget.warming_up and warmup_progress): the warmup then ends at warmup_steps or
+    at that share of the budget, whichever comes first, and rises by whichever is further.
     """
 
     @functools.cache
@@ -41,8 +45,9 @@ def lr_lambda(
         return total_steps()
 
     def factor(step: int) -> float:
-        if step < warmup_steps:
-            return (step + 1) / warmup_steps
+        warming, by_clock = warmup(step) if warmup is not None else (step < warmup_steps, None)
+        if warming:
+            return max((step + 1) / warmup_steps, by_clock or 0.0)
         if schedule == "inverse_sqrt":
             return math.sqrt(max(warmup_steps, 1) / (step + 1))
         if schedule == "cosine":
@@ -98,10 +103,16 @@ def adamw_with_schedule(
 
     callbacks = trainer.callbacks if trainer is not None else []
     budget = next((c for c in callbacks if isinstance(c, TimeBudget)), None)
-    progress = None
+    progress = warmup = None
+    steps, share = hp["warmup_steps"], hp.get("warmup_share")
     if budget is not None:
-        progress = functools.partial(budget.decay_progress, warmup_steps=hp["warmup_steps"])
-    factor = lr_lambda(hp["schedule"], hp["warmup_steps"], total, hp["min_lr_ratio"], progress)
+        progress = functools.partial(budget.decay_progress, warmup_steps=steps, warmup_share=share)
+        if share is not None:
+
+            def warmup(step: int) -> tuple[bool, float | None]:
+                return budget.warming_up(step, steps, share), budget.warmup_progress(share)
+
+    factor = lr_lambda(hp["schedule"], steps, total, hp["min_lr_ratio"], progress, warmup)
     # interval "step": stepped once per optimizer step, so right under gradient accumulation.
     scheduler = {"scheduler": LambdaLR(optimizer, factor), "interval": "step"}
     return {"optimizer": optimizer, "lr_scheduler": scheduler}

@@ -182,6 +182,8 @@ def check_resume(cfg: DictConfig, path: str) -> None:
         now = OmegaConf.to_container(now, resolve=True) if OmegaConf.is_config(now) else now
         if key in recorded and now == recorded[key]:
             continue
+        if key not in recorded and now is None:
+            continue  # a setting newer than the run, at its default (off): nothing changes
         then = recorded.get(key, "<not set>")
         raise ValueError(
             f"{key}={now} differs from the run being resumed ({key}={then} in {path}): a "

@@ -333,6 +333,8 @@ def test_a_time_budget_ends_the_schedule_and_leaves_time_to_validate_and_test(
         summary = train(cfg)
     used = float(caplog.text.split("Time budget: used ")[1].split(" s")[0])  # Lightning's Timer
     assert used <= budget  # the last validation and the test ran within the budget
+    # Once it knows its pace, the log says what the budget buys in steps.
+    assert re.search(r"s a training step so far, so about \d+ steps in the", caplog.text)
     with open(Path(cfg.paths.output_dir) / "csv" / "version_0" / "metrics.csv") as f:
         rows = list(csv.DictReader(f))
     lrs = [float(r["lr-AdamW/pg1"]) for r in rows if r.get("lr-AdamW/pg1")]
@@ -345,6 +347,46 @@ def test_a_time_budget_ends_the_schedule_and_leaves_time_to_validate_and_test(
     validated = [int(r["step"]) for r in rows if r.get("val/exact_match")]
     assert validated[-1] >= last_step  # a validation after the last step, mid-epoch too
     assert summary["test"]["test/exact_match"] >= 0
+
+
+def test_a_warmup_share_ends_the_warmup_by_the_clock() -> None:
+    """model.warmup_share: with a time budget the warmup also ends at that share of the
+    training time, rising by whichever of steps and clock is further, and the cosine starts
+    from the peak there; without a budget the step count alone rules, as before."""
+    from types import SimpleNamespace
+
+    from seq2seq.callbacks import TimeBudget
+    from seq2seq.hparams import TrainingConfig
+    from seq2seq.optim import lr_lambda
+
+    clock = {"elapsed": 0.0}
+    budget = TimeBudget()
+    budget._budget = 100.0  # reserve before any validation: 10 s, so 90 s of training
+    budget._timer = SimpleNamespace(time_elapsed=lambda stage: clock["elapsed"])
+    share, steps = 0.1, 1000
+
+    def warmup(step: int) -> tuple[bool, float | None]:
+        return budget.warming_up(step, steps, share), budget.warmup_progress(share)
+
+    def decay(step: int) -> float | None:
+        return budget.decay_progress(step, steps, share)
+
+    factor = lr_lambda("cosine", steps, lambda: float("inf"), 0.0, decay, warmup)
+    assert factor(0) == pytest.approx(1 / steps)
+    clock["elapsed"] = 4.5  # 5% of the training time: half way up by the clock
+    assert factor(5) == pytest.approx(0.5)
+    clock["elapsed"] = 9.0  # 10%: the warmup is over at step 10, not 1000
+    assert factor(10) == pytest.approx(1.0)
+    clock["elapsed"] = 49.5  # half way from the warmup's end to the stop
+    assert factor(60) == pytest.approx(0.5)
+    clock["elapsed"] = 90.0
+    assert factor(120) == pytest.approx(0.0, abs=1e-12)
+    plain = lr_lambda("cosine", steps, lambda: float("inf"), 0.0)  # no budget: steps rule
+    assert plain(5) == pytest.approx(6 / steps)
+    with pytest.raises(ValueError, match=r"model\.warmup_share=0\.1 needs model\.schedule=cosine"):
+        TrainingConfig(warmup_share=0.1)  # the default schedule: inverse_sqrt
+    with pytest.raises(ValueError, match=r"model\.warmup_share must be"):
+        TrainingConfig(schedule="cosine", warmup_share=1.5)
 
 
 def test_the_decay_by_the_clock_starts_where_the_warmup_ends(caplog) -> None:
