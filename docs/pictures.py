@@ -22,7 +22,6 @@ import sys
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from types import SimpleNamespace
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -110,13 +109,12 @@ def positions(out: Path) -> None:
 def budgeted_lr(steps: int, budget_s: float, warmup: int, peak: float) -> list[float]:
     """The learning rate at each step of a run that makes `steps` steps in a time budget,
     by the optimizer's schedule and the TimeBudget callback's clock (a steady pace)."""
-    from seq2seq.callbacks import TimeBudget
+    from helpers import clocked_budget
+
     from seq2seq.optim import lr_lambda
 
     clock = {"elapsed": 0.0}
-    budget = TimeBudget()
-    budget._budget = budget_s  # as tests/test_train.py drives it: the budget, a clock
-    budget._timer = SimpleNamespace(time_elapsed=lambda stage: clock["elapsed"])
+    budget = clocked_budget(budget_s, clock)
     progress = lambda step: budget.decay_progress(step, warmup_steps=warmup)  # noqa: E731
     factor = lr_lambda("cosine", warmup, lambda: float("inf"), 0.0, progress)
     pace = 0.9 * budget_s / steps  # training's share of the budget (the rest: evaluation)

@@ -28,10 +28,13 @@ from __future__ import annotations
 import pickle
 import time
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from seq2seq.decoding import Decodes
 
 __all__ = [
     "FORMAT_VERSION",
@@ -163,42 +166,23 @@ class RunState:
             torch.cuda.set_rng_state_all(states["cuda"])
 
 
-class TrainedModel:
+@dataclass
+class TrainedModel(Decodes):
     """A trained network as a checkpoint holds it, ready to use: the network (eval mode), its
     source and target tokenizers, and the hyperparameters it was saved with (its decoding
-    defaults among them). Plain PyTorch: translate, inspect and export read checkpoints
-    through it and never import Lightning; the LightningModule is for training and for testing
-    a checkpoint (train=false)."""
+    defaults among them; `decoding`, `generate` and `greedy` as the LightningModule has them).
+    Plain PyTorch: translate, inspect and export read checkpoints through it and never import
+    Lightning; the LightningModule is for training and for testing a checkpoint (train=false)."""
 
-    def __init__(self, hparams: dict[str, Any], src_vocab: Any, tgt_vocab: Any, model: Any):
-        self.hparams, self.src_vocab, self.tgt_vocab, self.model = (
-            hparams,
-            src_vocab,
-            tgt_vocab,
-            model,
-        )
+    hparams: dict[str, Any]
+    src_vocab: Any
+    tgt_vocab: Any
+    model: Any
 
     @property
     def config(self) -> Any:
         """The network's ModelConfig."""
         return self.model.config
-
-    @property
-    def decoding(self) -> Any:
-        """The DecodingConfig the checkpoint was saved with (length rule, beam, penalty)."""
-        from seq2seq.decoding import DecodingConfig
-
-        return DecodingConfig.from_hparams(self.hparams)
-
-    def generate(self, src: torch.Tensor, beam_size: int = 1) -> torch.Tensor:
-        """(B, S) source ids -> (B, L) predictions, as the module's generate makes them."""
-        from seq2seq.decoding import generate
-
-        return generate(self.model, src, self.decoding, beam_size)
-
-    def greedy(self, src: torch.Tensor) -> torch.Tensor:
-        """(B, S) source ids -> (B, L) greedy predictions (EOS, then padding)."""
-        return self.generate(src, beam_size=1)
 
 
 def load_module(path: str | Path, map_location: str | torch.device = "cpu") -> TrainedModel:

@@ -24,6 +24,7 @@ from seq2seq.model import DecoderCache, Seq2SeqTransformer
 
 __all__ = [
     "DECODING_KEYS",
+    "Decodes",
     "DecodingConfig",
     "Sampling",
     "Search",
@@ -110,6 +111,28 @@ def generate(
         return greedy_decode(model, src, max_len)
     tokens, _ = beam_search(model, src, max_len, beam_size, decoding.length_penalty)
     return tokens[:, 0]
+
+
+class Decodes:
+    """Decoding for what holds a trained network (`model`) and the hyperparameters it was
+    saved with (`hparams`, DecodingConfig's fields among them): the LightningModule and the
+    Lightning-free checkpoint.TrainedModel decode alike."""
+
+    model: Seq2SeqTransformer
+    hparams: Mapping[str, Any]
+
+    @property
+    def decoding(self) -> DecodingConfig:
+        # Read from hparams each time: evaluating a checkpoint (train=false) sets new values.
+        return DecodingConfig.from_hparams(self.hparams)
+
+    def generate(self, src: Tensor, beam_size: int = 1) -> Tensor:
+        """(B, S) source ids -> (B, L) predictions, by greedy search or beam search."""
+        return generate(self.model, src, self.decoding, beam_size)
+
+    def greedy(self, src: Tensor) -> Tensor:
+        """(B, S) source ids -> (B, L) greedy predictions (EOS, then padding)."""
+        return self.generate(src, beam_size=1)
 
 
 def _never_outputs(model: Seq2SeqTransformer, device: torch.device) -> Tensor:

@@ -22,7 +22,7 @@ from torch import Tensor
 
 from seq2seq.checkpoint import CheckpointError, RunState, load_checkpoint, load_weights
 from seq2seq.curves import TIME
-from seq2seq.decoding import DECODING_KEYS, DecodingConfig, generate
+from seq2seq.decoding import DECODING_KEYS, Decodes
 from seq2seq.doctor import Doctor
 from seq2seq.hparams import build_network, complete_hparams
 from seq2seq.metrics import StageMetrics, TextRow, write_test_texts
@@ -36,7 +36,7 @@ class NonFiniteLossError(ValueError):
     """The training loss became NaN or infinite (on_nonfinite_loss=stop)."""
 
 
-class Seq2SeqModule(L.LightningModule):
+class Seq2SeqModule(Decodes, L.LightningModule):
     """Trains a Seq2SeqTransformer with label-smoothed cross-entropy and AdamW.
 
     Args:
@@ -205,19 +205,6 @@ class Seq2SeqModule(L.LightningModule):
     def on_train_end(self) -> None:
         if self._skipped:
             log.warning("skipped %d batches with a non-finite loss", self._skipped)
-
-    def generate(self, src: Tensor, beam_size: int = 1) -> Tensor:
-        """(B, S) source ids -> (B, L) predictions, by greedy search or beam search."""
-        return generate(self.model, src, self.decoding, beam_size)
-
-    def greedy(self, src: Tensor) -> Tensor:
-        """(B, S) source ids -> (B, L) greedy predictions (EOS, then padding)."""
-        return self.generate(src, beam_size=1)
-
-    @property
-    def decoding(self) -> DecodingConfig:
-        # Read from hparams each time: evaluating a checkpoint (train=false) sets new values.
-        return DecodingConfig.from_hparams(self.hparams)
 
 
 def module_from_checkpoint(checkpoint: dict[str, Any], path: str | Path):

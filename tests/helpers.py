@@ -29,6 +29,9 @@ def compose_train(tmp_path: Path, data_dir: Path, overrides: list[str]) -> DictC
 
 
 SYMBOL_TASKS = ("copy", "reverse", "sort")
+# The training shell's packages, which the model, its search and the tools never import.
+TRAINING_SHELL = ("lightning", "lightning_fabric", "pytorch_lightning", "hydra", "omegaconf",
+                  "torchmetrics")  # fmt: skip
 
 
 def small_data(option: str, tmp_path: Path) -> list[str]:
@@ -69,3 +72,16 @@ def run_train_cli(args: list[str], cwd: Path, monkeypatch: pytest.MonkeyPatch) -
     except SystemExit as stop:
         return stop.code if isinstance(stop.code, int) else 1
     return 0
+
+
+def clocked_budget(seconds: float, clock: dict[str, float]):
+    """A TimeBudget callback of `seconds` whose training time is clock["elapsed"], as if
+    trainer.max_time had set it (no Trainer): for driving the schedule by hand."""
+    from types import SimpleNamespace
+
+    from seq2seq.callbacks import TimeBudget
+
+    budget = TimeBudget()
+    budget._budget = seconds
+    budget._timer = SimpleNamespace(time_elapsed=lambda stage: clock["elapsed"])
+    return budget

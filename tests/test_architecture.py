@@ -11,10 +11,10 @@ import ast
 from pathlib import Path
 
 import pytest
-from helpers import ROOT
+from helpers import ROOT, TRAINING_SHELL
 
 PACKAGE = ROOT / "seq2seq"
-SHELL = {"lightning", "lightning_fabric", "pytorch_lightning", "hydra", "omegaconf", "torchmetrics"}
+SHELL = set(TRAINING_SHELL)
 # Plain PyTorch: the model and its search, and what translate, inspect, export, average and
 # score need to read a checkpoint and use it.
 CORE = ["attention", "kv_cache", "model", "decoding"]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import ROOT, compose_train
+from helpers import ROOT, TRAINING_SHELL, compose_train
 from omegaconf import DictConfig
 
 from seq2seq import inspect as inspect_cli
@@ -41,7 +41,6 @@ def ckpt(trained: Trained) -> str:
 
 # --- the tools stand apart from the training shell -------------------------------------------
 
-SHELL = ("lightning", "lightning_fabric", "pytorch_lightning", "hydra", "omegaconf", "torchmetrics")
 USE_A_CHECKPOINT = """
 import sys
 from seq2seq import average, export, inspect, score, translate
@@ -57,7 +56,7 @@ def test_the_tools_read_a_checkpoint_without_lightning_or_hydra(trained: Trained
     """translate, inspect, export, average and score load a checkpoint, translate and report
     with plain PyTorch (checkpoint.TrainedModel): no seconds spent importing the training
     shell, which a LightningModule would pull in."""
-    command = [sys.executable, "-c", USE_A_CHECKPOINT, ckpt(trained), *SHELL]
+    command = [sys.executable, "-c", USE_A_CHECKPOINT, ckpt(trained), *TRAINING_SHELL]
     done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.splitlines()[-1] == "[]"

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import CONFIG_DIR, ROOT
+from helpers import CONFIG_DIR, ROOT, run_train_cli
 
 README = ROOT / "README.md"
 PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]
@@ -166,25 +166,13 @@ def as_plain_run(command: str, run: Path) -> list[str]:
 def cli_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A finished `python train.py` run, started from the command line (so it can be resumed
     with resume=RUN alone), as small as a run can be."""
-    import train as entry
-
     where = tmp_path_factory.mktemp("cli_run")
     # One epoch of five steps, validated after each: five checkpoints for average_last to keep.
     args = ["data.corpus.train_size=320", "data.corpus.val_size=16", "data.corpus.test_size=16",
             "trainer.max_epochs=1", "trainer.val_check_interval=1", "average_last=5",
             f"hydra.run.dir={where / 'run'}", f"paths.data_dir={where / 'data'}"]  # fmt: skip
-    argv, cwd = sys.argv, Path.cwd()
-    try:
-        sys.argv = ["train.py", *args]
-        import os
-
-        os.chdir(where)
-        entry.cli()
-    except SystemExit as stop:
-        assert not stop.code, stop
-    finally:
-        sys.argv = argv
-        os.chdir(cwd)
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        assert run_train_cli(args, where, monkeypatch) == 0
     return where / "run"
 
 

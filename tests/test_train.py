@@ -14,6 +14,7 @@ import torch
 from helpers import (
     CONFIG_DIR,
     SYMBOL_TASKS,
+    clocked_budget,
     compose_train,
     experiment_data,
     run_train_cli,
@@ -353,16 +354,11 @@ def test_a_warmup_share_ends_the_warmup_by_the_clock() -> None:
     """model.warmup_share: with a time budget the warmup also ends at that share of the
     training time, rising by whichever of steps and clock is further, and the cosine starts
     from the peak there; without a budget the step count alone rules, as before."""
-    from types import SimpleNamespace
-
-    from seq2seq.callbacks import TimeBudget
     from seq2seq.hparams import TrainingConfig
     from seq2seq.optim import lr_lambda
 
     clock = {"elapsed": 0.0}
-    budget = TimeBudget()
-    budget._budget = 100.0  # reserve before any validation: 10 s, so 90 s of training
-    budget._timer = SimpleNamespace(time_elapsed=lambda stage: clock["elapsed"])
+    budget = clocked_budget(100.0, clock)  # reserve before any validation: 10 s, so 90 s
     share, steps = 0.1, 1000
 
     def warmup(step: int) -> tuple[bool, float | None]:
@@ -392,16 +388,12 @@ def test_a_warmup_share_ends_the_warmup_by_the_clock() -> None:
 def test_the_decay_by_the_clock_starts_where_the_warmup_ends(caplog) -> None:
     """A warmup that ends late leaves the cosine its whole range over the time left, with no
     jump, and a resume (the callback's state in the checkpoint) continues it."""
-    from types import SimpleNamespace
-
     from seq2seq.callbacks import TimeBudget
 
     clock = {"elapsed": 0.0}
 
     def budget_at(state=None) -> TimeBudget:
-        budget = TimeBudget()
-        budget._budget = 100.0  # reserve before any validation: 10 s, so 90 s of training
-        budget._timer = SimpleNamespace(time_elapsed=lambda stage: clock["elapsed"])
+        budget = clocked_budget(100.0, clock)  # reserve before any validation: 10 s, so 90 s
         if state is not None:
             budget.load_state_dict(state)
         return budget
