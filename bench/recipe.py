@@ -62,6 +62,15 @@ ROWS: dict[str, list[str]] = {
     "tiny": ["model=tiny", "model.net.max_positions=256"],
     "wide": ["model.net.d_model=384", "model.net.d_ff=1536"],
     "deep": ["model.net.num_encoder_layers=6", "model.net.num_decoder_layers=6"],
+    # The model options of the 2020s, each alone on the recipe (docs/results.md).
+    "rmsnorm": ["model.net.norm=rms"],
+    "gelu": ["model.net.activation=gelu"],
+    "swiglu": ["model.net.activation=swiglu"],
+    "geglu": ["model.net.activation=geglu"],
+    "rotary": ["model.net.positional=rotary"],
+    "gqa2": ["model.net.num_kv_heads=2"],
+    "mqa": ["model.net.num_kv_heads=1"],
+    "nobias": ["model.net.bias=false"],
 }
 
 

@@ -24,7 +24,7 @@ packed ``in_proj_weight`` would break the parameter names of the documents.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import torch
@@ -160,20 +160,42 @@ def _explicit_attention(
 
 
 class _Attention(nn.Module):
-    """What self- and cross-attention share: sizes, checks, head split and merge."""
+    """What self- and cross-attention share: sizes, checks, head split and merge.
 
-    def __init__(self, k_dim: int, v_dim: int, num_heads: int, dropout: float) -> None:
+    num_kv_heads < num_heads is grouped-query attention (Ainslie et al., 2023; 1 is multi-query,
+    Shazeer, 2019): keys and values have num_kv_heads heads, each serving num_heads //
+    num_kv_heads consecutive query heads, and a key/value cache holds only those.
+    """
+
+    def __init__(
+        self, k_dim: int, v_dim: int, num_heads: int, dropout: float, num_kv_heads: int | None
+    ) -> None:
         super().__init__()
-        _check_positive(k_dim=k_dim, v_dim=v_dim, num_heads=num_heads)
+        num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
+        _check_positive(k_dim=k_dim, v_dim=v_dim, num_heads=num_heads, num_kv_heads=num_kv_heads)
+        if num_heads % num_kv_heads:
+            raise ValueError(
+                f"num_kv_heads must divide num_heads, got {num_kv_heads} and {num_heads}"
+            )
         _check_dropout(dropout)
         self.num_heads = num_heads
+        self.num_kv_heads = num_kv_heads
         self.k_dim = k_dim
         self.v_dim = v_dim
         self.dropout = dropout
 
-    def _split(self, x: Tensor, head_dim: int) -> Tensor:
+    def _split(self, x: Tensor, head_dim: int, heads: int | None = None) -> Tensor:
         b, t, _ = x.shape
-        return x.view(b, t, self.num_heads, head_dim).transpose(1, 2)  # (B, H, T, head_dim)
+        heads = heads or self.num_heads
+        return x.view(b, t, heads, head_dim).transpose(1, 2)  # (B, heads, T, head_dim)
+
+    def _share(self, kv: Tensor) -> Tensor:
+        """(B, H_kv, T, D) -> (B, H, T, D): each key/value head repeated for its query heads."""
+        group = self.num_heads // self.num_kv_heads
+        if group == 1:
+            return kv
+        b, h_kv, t, d = kv.shape
+        return kv[:, :, None].expand(b, h_kv, group, t, d).reshape(b, h_kv * group, t, d)
 
     def _attend(
         self,
@@ -188,6 +210,7 @@ class _Attention(nn.Module):
         if mask is not None:
             mask = _normalize_mask(mask, (b, self.num_heads, tq, k.size(-2)))
         dropout_p = self.dropout if self.training else 0.0
+        k, v = self._share(k), self._share(v)
         out, weights = attend(
             q, k, v, mask, is_causal=is_causal, dropout_p=dropout_p, need_weights=need_weights
         )
@@ -205,6 +228,10 @@ class MultiHeadAttention(_Attention):
         v_dim: per-head width of values (may differ from k_dim).
         num_heads: number of heads H.
         dropout: dropout on the attention probabilities, in training only.
+        num_kv_heads: heads of keys and values (default num_heads; see _Attention).
+        bias: a bias in the output projection (the q/k/v projections have none).
+        rotary: turns queries and keys by their positions before the scores (model.py's
+            RotaryPositions: a callable (x (B, H, T, Dk), offset) -> x); None: no positions.
 
     Shape:
         x: (B, T, in_dim); mask: broadcastable to (B, H, T, T), True = may attend;
@@ -217,15 +244,26 @@ class MultiHeadAttention(_Attention):
     """
 
     def __init__(
-        self, in_dim: int, k_dim: int, v_dim: int, num_heads: int, dropout: float = 0.0
+        self,
+        in_dim: int,
+        k_dim: int,
+        v_dim: int,
+        num_heads: int,
+        dropout: float = 0.0,
+        *,
+        num_kv_heads: int | None = None,
+        bias: bool = True,
+        rotary: Callable[[Tensor, int], Tensor] | None = None,
     ) -> None:
         _check_positive(in_dim=in_dim)
-        super().__init__(k_dim, v_dim, num_heads, dropout)
+        super().__init__(k_dim, v_dim, num_heads, dropout, num_kv_heads)
         self.in_dim = in_dim
+        kv_heads = self.num_kv_heads
         self.proj_q = nn.Linear(in_dim, k_dim * num_heads, bias=False)
-        self.proj_k = nn.Linear(in_dim, k_dim * num_heads, bias=False)
-        self.proj_v = nn.Linear(in_dim, v_dim * num_heads, bias=False)
-        self.proj_o = nn.Linear(v_dim * num_heads, in_dim)
+        self.proj_k = nn.Linear(in_dim, k_dim * kv_heads, bias=False)
+        self.proj_v = nn.Linear(in_dim, v_dim * kv_heads, bias=False)
+        self.proj_o = nn.Linear(v_dim * num_heads, in_dim, bias=bias)
+        self.rotary = rotary
 
     def forward(
         self,
@@ -250,10 +288,14 @@ class MultiHeadAttention(_Attention):
             w = torch.cat([self.proj_q.weight, self.proj_k.weight, self.proj_v.weight])
             if cache is not None:
                 cache.qkv_weight = w
-        q, k, v = F.linear(x, w).split(
-            [self.proj_q.out_features] * 2 + [self.proj_v.out_features], -1
-        )
-        q, k, v = self._split(q, self.k_dim), self._split(k, self.k_dim), self._split(v, self.v_dim)
+        sizes = [self.proj_q.out_features, self.proj_k.out_features, self.proj_v.out_features]
+        q, k, v = F.linear(x, w).split(sizes, -1)
+        h_kv = self.num_kv_heads
+        q = self._split(q, self.k_dim)  # (B, H, T, Dk)
+        k, v = self._split(k, self.k_dim, h_kv), self._split(v, self.v_dim, h_kv)  # (B, H_kv, ...)
+        if self.rotary is not None:  # keys enter the cache turned by their own positions
+            offset = len(cache) if cache is not None else 0
+            q, k = self.rotary(q, offset), self.rotary(k, offset)
         if cache is not None:
             k, v = cache.append(k, v)
         return self._attend(q, k, v, mask, is_causal, need_weights)
@@ -282,7 +324,7 @@ class CrossAttention(_Attention):
     Args:
         in_dim1: width of x1 (the queries' side, and of the output).
         in_dim2: width of x2 (the keys' and values' side).
-        k_dim, v_dim, num_heads, dropout: as in MultiHeadAttention.
+        k_dim, v_dim, num_heads, dropout, num_kv_heads, bias: as in MultiHeadAttention.
 
     Shape:
         x1: (B, T1, in_dim1); x2: (B, T2, in_dim2); mask: broadcastable to (B, H, T1, T2),
@@ -302,15 +344,19 @@ class CrossAttention(_Attention):
         v_dim: int,
         num_heads: int,
         dropout: float = 0.0,
+        *,
+        num_kv_heads: int | None = None,
+        bias: bool = True,
     ) -> None:
         _check_positive(in_dim1=in_dim1, in_dim2=in_dim2)
-        super().__init__(k_dim, v_dim, num_heads, dropout)
+        super().__init__(k_dim, v_dim, num_heads, dropout, num_kv_heads)
         self.in_dim1 = in_dim1
         self.in_dim2 = in_dim2
+        kv_heads = self.num_kv_heads
         self.proj_q1 = nn.Linear(in_dim1, k_dim * num_heads, bias=False)
-        self.proj_k2 = nn.Linear(in_dim2, k_dim * num_heads, bias=False)
-        self.proj_v2 = nn.Linear(in_dim2, v_dim * num_heads, bias=False)
-        self.proj_o = nn.Linear(v_dim * num_heads, in_dim1)
+        self.proj_k2 = nn.Linear(in_dim2, k_dim * kv_heads, bias=False)
+        self.proj_v2 = nn.Linear(in_dim2, v_dim * kv_heads, bias=False)
+        self.proj_o = nn.Linear(v_dim * num_heads, in_dim1, bias=bias)
 
     def forward(
         self,
@@ -339,7 +385,8 @@ class CrossAttention(_Attention):
         else:
             w = torch.cat([self.proj_k2.weight, self.proj_v2.weight])
             k, v = F.linear(x2, w).split([self.proj_k2.out_features, self.proj_v2.out_features], -1)
-            k, v = self._split(k, self.k_dim), self._split(v, self.v_dim)  # (B, H, T2, Dk|Dv)
+            h_kv = self.num_kv_heads  # (B, H_kv, T2, Dk|Dv)
+            k, v = self._split(k, self.k_dim, h_kv), self._split(v, self.v_dim, h_kv)
             if cache is not None:
                 cache.append(k, v)
         return self._attend(q, k, v, mask, False, need_weights)

@@ -30,7 +30,7 @@ from seq2seq import __version__
 from seq2seq.checkpoint import load_module
 from seq2seq.cli import ArgumentParser, run_tool, written_whole
 from seq2seq.data.tokenizer import save_tokenizer
-from seq2seq.model import SinusoidalPositions
+from seq2seq.model import GATED, GatedFeedForward, NoPositions, SinusoidalPositions
 
 __all__ = [
     "EXPORT_FILE",
@@ -90,8 +90,10 @@ def _linear(spec: Any, *layers: torch.nn.Linear) -> None:
         spec.bias = _numpy(torch.cat(biases))
 
 
-def _norm(spec: Any, norm: torch.nn.LayerNorm) -> None:
-    spec.gamma, spec.beta = _numpy(norm.weight), _numpy(norm.bias)
+def _norm(spec: Any, norm: torch.nn.Module) -> None:
+    spec.gamma = _numpy(norm.weight)
+    if isinstance(norm, torch.nn.LayerNorm):  # RMSNorm has no beta (the spec's rms_norm)
+        spec.beta = _numpy(norm.bias)
 
 
 def _embedding(spec: Any, embedding: Any) -> None:
@@ -100,10 +102,13 @@ def _embedding(spec: Any, embedding: Any) -> None:
     spec.weight = _numpy(embedding.tokens.weight)
 
 
-def _positions(spec: Any, positions: torch.nn.Module) -> None:
+def _positions(spec: Any, positions: torch.nn.Module, d_model: int) -> None:
     # Written out for sinusoids too: CTranslate2's own are concatenated (sin | cos), ours
-    # interleaved.
-    if isinstance(positions, SinusoidalPositions):
+    # interleaved. A rotary model adds none: zeros, since CTranslate2's encoder adds its own
+    # sinusoids when the table is left out.
+    if isinstance(positions, NoPositions):
+        spec.encodings = _numpy(torch.zeros(positions.max_positions, d_model))
+    elif isinstance(positions, SinusoidalPositions):
         spec.encodings = _numpy(positions.table)
     else:
         spec.encodings = _numpy(positions.table.weight)
@@ -122,16 +127,26 @@ def check_exportable(config: Any) -> None:
 def model_spec(module: Any) -> Any:
     """The CTranslate2 TransformerSpec holding the module's model, vocabularies and specials."""
     import_ctranslate2()
-    from ctranslate2.specs import transformer_spec
+    from ctranslate2.specs import common_spec, transformer_spec
 
     model, config = module.model, module.config
     check_exportable(config)
     head_dim = config.head_dims[0]
-    options = {
+    activations = {"relu": "RELU", "gelu": "GELU", "swiglu": "SWISH", "geglu": "GELU"}
+    options: dict[str, Any] = {
         "pre_norm": config.norm_first,
         # None: CTranslate2's d_model / num_heads, the only width older versions accept.
         "head_dim": None if head_dim * config.num_heads == config.d_model else head_dim,
+        # GELU is the exact (erf) one, as torch's; SWISH is x * sigmoid(x), torch's SiLU.
+        "activation": getattr(common_spec.Activation, activations[config.activation]),
+        "ffn_glu": config.activation in GATED,
+        "rms_norm": config.norm == "rms",
+        # None: as many as num_heads (what exports before grouped-query attention wrote).
+        "num_heads_kv": None if config.kv_heads == config.num_heads else config.kv_heads,
     }
+    if config.positional == "rotary":  # every feature, adjacent pairs, base 10000 (ours)
+        rotary = model.encoder.layers[0].self_attn.rotary
+        options.update(rotary_dim=0, rotary_interleave=True, rotary_base=rotary.base)
     encoder = transformer_spec.TransformerEncoderSpec(
         config.num_encoder_layers, config.num_heads, **options
     )
@@ -139,9 +154,10 @@ def model_spec(module: Any) -> Any:
         config.num_decoder_layers, config.num_heads, **options
     )
     _embedding(encoder.embeddings[0], model.src_embed)
-    _positions(encoder.position_encodings, model.src_embed.positions)
+    _positions(encoder.position_encodings, model.src_embed.positions, config.d_model)
     _embedding(decoder.embeddings, model.tgt_embed)
-    _positions(decoder.position_encodings, model.tgt_embed.positions)
+    if config.positional != "rotary":  # with rotary_dim CTranslate2's decoder has no table
+        _positions(decoder.position_encodings, model.tgt_embed.positions, config.d_model)
     if config.norm_first:  # the final norms of the pre-norm stacks
         _norm(encoder.layer_norm, model.encoder.norm)
         _norm(decoder.layer_norm, model.decoder.norm)
@@ -180,9 +196,14 @@ def model_spec(module: Any) -> Any:
     return spec
 
 
-def _feed_forward(spec: Any, ff: torch.nn.Sequential, norm: torch.nn.LayerNorm) -> None:
-    _linear(spec.linear_0, ff[0])
-    _linear(spec.linear_1, ff[3])
+def _feed_forward(spec: Any, ff: torch.nn.Module, norm: torch.nn.Module) -> None:
+    if isinstance(ff, GatedFeedForward):  # CTranslate2: activation(linear_0) * linear_0_noact
+        _linear(spec.linear_0, ff.gate)
+        _linear(spec.linear_0_noact, ff.up)
+        _linear(spec.linear_1, ff.down)
+    else:
+        _linear(spec.linear_0, ff[0])
+        _linear(spec.linear_1, ff[3])
     _norm(spec.layer_norm, norm)
 
 

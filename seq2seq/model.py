@@ -1,9 +1,13 @@
 """The encoder-decoder Transformer (Vaswani et al., 2017), top-down:
 
 ModelConfig -> Seq2SeqTransformer (encode / decode / forward) -> Embedding (tokens and
-positions) -> Encoder, Decoder (and the DecoderCache of incremental decoding) -> EncoderLayer,
-DecoderLayer -> Residual (norm + dropout + residual, written once), FeedForward -> attention
-(seq2seq.attention).
+absolute positions) -> Encoder, Decoder (and the DecoderCache of incremental decoding) ->
+EncoderLayer, DecoderLayer -> Residual (norm + dropout + residual, written once), FeedForward or
+GatedFeedForward -> attention (seq2seq.attention, handed the RotaryPositions of rotary models).
+
+The options of the 2020s (RMSNorm, GELU and gated feed-forward layers, rotary positions,
+grouped-query attention, bias-free linear layers) are fields of ModelConfig, each off by
+default, so a config or checkpoint that does not name them means what it always meant.
 
 The model knows nothing of Lightning or tokenizers: it maps token ids to logits. Padding is
 found from ``config.pad_id`` and masked everywhere; the decoder is causal. Masks follow the
@@ -27,7 +31,11 @@ from seq2seq.kv_cache import KVCache
 
 __all__ = ["DecoderCache", "ModelConfig", "Seq2SeqTransformer"]
 
-POSITIONAL_ENCODINGS = ("sinusoidal", "learned")
+POSITIONAL_ENCODINGS = ("sinusoidal", "learned", "rotary")
+NORMS = ("layer", "rms")
+ACTIVATIONS = ("relu", "gelu", "swiglu", "geglu")
+GATED = {"swiglu": nn.SiLU, "geglu": nn.GELU}  # the gated units and their gates' activation
+NORM_EPS = 1e-5  # LayerNorm's default, used by RMSNorm too (the export has one epsilon)
 
 
 @dataclass
@@ -48,10 +56,18 @@ class ModelConfig:
     num_decoder_layers: int = 2
     dropout: float = 0.1  # on embeddings, sublayer outputs, attention probabilities and FF
     max_positions: int = 256  # longest source or target sequence the model accepts
-    positional: str = "sinusoidal"  # or "learned"
+    # "learned", or "rotary": queries and keys of self-attention rotated by their position
+    # (Su et al., 2021), nothing added to the embeddings; cross-attention has no positions.
+    positional: str = "sinusoidal"
     norm_first: bool = True  # pre-norm (stable without warmup tricks); False: post-norm
     tie_output: bool = False  # output projection shares the target embedding's weights
     share_embeddings: bool = False  # one embedding for source and target (one vocabulary)
+    norm: str = "layer"  # or "rms": RMSNorm (Zhang & Sennrich, 2019), no centring, no bias
+    # "gelu", or a gated unit (Shazeer, 2020) "swiglu" / "geglu", whose three matrices are
+    # gated_width(d_ff) wide: about 2/3 of d_ff, so the block has the parameters of a plain one
+    activation: str = "relu"
+    num_kv_heads: int | None = None  # key/value heads (None: num_heads; 1: multi-query)
+    bias: bool = True  # False: no bias in any linear layer (attention output, feed-forward)
 
     def __post_init__(self) -> None:
         self._check_sizes()
@@ -76,6 +92,22 @@ class ModelConfig:
             raise ValueError(
                 f"positional must be one of {POSITIONAL_ENCODINGS}, got {self.positional!r}"
             )
+        for name, known in (("norm", NORMS), ("activation", ACTIVATIONS)):
+            if getattr(self, name) not in known:
+                raise ValueError(f"{name} must be one of {known}, got {getattr(self, name)!r}")
+        if self.num_kv_heads is not None and self.num_heads % self.num_kv_heads:
+            raise ValueError(
+                f"num_kv_heads must divide num_heads (each key/value head serves a group of "
+                f"query heads), got {self.num_kv_heads} and {self.num_heads}"
+            )
+        if self.positional == "rotary" and self.head_dims[0] % 2:
+            raise ValueError(
+                f"positional=rotary turns pairs of query/key features, so the per-head k_dim "
+                f"must be even, got {self.head_dims[0]}; change k_dim or num_heads"
+            )
+        for name in ("norm_first", "tie_output", "share_embeddings", "bias"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
             raise ValueError(
                 "share_embeddings needs one vocabulary, got src_vocab_size="
@@ -85,7 +117,8 @@ class ModelConfig:
     def _check_sizes(self) -> None:
         sizes = ["src_vocab_size", "tgt_vocab_size", "d_model", "num_heads", "d_ff"]
         sizes += ["num_encoder_layers", "num_decoder_layers", "max_positions"]
-        sizes += [name for name in ("k_dim", "v_dim") if getattr(self, name) is not None]
+        optional = ("k_dim", "v_dim", "num_kv_heads")
+        sizes += [name for name in optional if getattr(self, name) is not None]
         for name in sizes:
             checks.integer(name, getattr(self, name), minimum=1)
 
@@ -94,6 +127,11 @@ class ModelConfig:
         """The per-head (k_dim, v_dim) after defaults."""
         default = self.d_model // self.num_heads
         return self.k_dim or default, self.v_dim or default
+
+    @property
+    def kv_heads(self) -> int:
+        """The number of key/value heads after the default."""
+        return self.num_kv_heads or self.num_heads
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -119,14 +157,17 @@ class Seq2SeqTransformer(nn.Module):
         super().__init__()
         self.config = config
         d, n = config.d_model, config.max_positions
-        positions = SinusoidalPositions if config.positional == "sinusoidal" else LearnedPositions
+        absolute = {"sinusoidal": SinusoidalPositions, "learned": LearnedPositions}
+        positions = absolute.get(config.positional, NoPositions)
         self.src_embed = Embedding(config, config.src_vocab_size, positions(n, d))
         if config.share_embeddings:
             self.tgt_embed = self.src_embed
         else:
             self.tgt_embed = Embedding(config, config.tgt_vocab_size, positions(n, d))
-        self.encoder = Encoder(config)
-        self.decoder = Decoder(config)
+        # One table of angles for every self-attention layer (buffers only: nothing is saved).
+        rotary = RotaryPositions(n, config.head_dims[0]) if config.positional == "rotary" else None
+        self.encoder = Encoder(config, rotary)
+        self.decoder = Decoder(config, rotary)
         self.generator = nn.Linear(d, config.tgt_vocab_size, bias=False)
         self._init_weights()
         if config.tie_output:
@@ -229,6 +270,46 @@ class SinusoidalPositions(nn.Module):
         return self.table[offset : offset + length]  # (T, D)
 
 
+class NoPositions(nn.Module):
+    """Rotary models add no positions to the embeddings; the length limit still holds."""
+
+    def __init__(self, max_positions: int, d_model: int) -> None:
+        super().__init__()
+        self.max_positions = max_positions
+
+    def forward(self, length: int, offset: int = 0) -> Tensor:
+        _check_length(length + offset, self.max_positions)
+        return torch.zeros(())  # broadcasts: adds nothing
+
+
+class RotaryPositions(nn.Module):
+    """Rotary position embedding (RoFormer, Su et al., 2021), applied to queries and keys.
+
+    Each pair of features (2i, 2i+1) of a head is turned by the angle p * base ** (-2i / D) at
+    position p, so the score of a query at position i and a key at j depends on i - j only.
+    Pairs are adjacent features ("interleaved", RoFormer's and CTranslate2's default layout).
+
+    Shape: x (B, H, T, D) at positions offset .. offset + T - 1 -> the same shape.
+    """
+
+    def __init__(self, max_positions: int, head_dim: int, base: float = 10000.0) -> None:
+        super().__init__()
+        self.max_positions = max_positions
+        self.base = base
+        freq = base ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
+        angles = torch.arange(max_positions, dtype=torch.float64)[:, None] * freq  # (N, D/2)
+        self.register_buffer("cos", angles.cos().float(), persistent=False)
+        self.register_buffer("sin", angles.sin().float(), persistent=False)
+
+    def forward(self, x: Tensor, offset: int = 0) -> Tensor:
+        length = x.size(-2)
+        _check_length(length + offset, self.max_positions)
+        cos, sin = self.cos[offset : offset + length], self.sin[offset : offset + length]
+        even, odd = x[..., 0::2], x[..., 1::2]  # (B, H, T, D/2) each
+        turned = torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1)
+        return turned.flatten(-2).type_as(x)
+
+
 class LearnedPositions(nn.Module):
     def __init__(self, max_positions: int, d_model: int) -> None:
         super().__init__()
@@ -248,12 +329,29 @@ def _check_length(length: int, max_positions: int) -> None:
         )
 
 
+def make_norm(config: ModelConfig) -> nn.Module:
+    """The normalisation layer config.norm names, over d_model features."""
+    if config.norm == "rms":
+        return nn.RMSNorm(config.d_model, eps=NORM_EPS)
+    return nn.LayerNorm(config.d_model, eps=NORM_EPS)
+
+
+def self_attention(config: ModelConfig, rotary: RotaryPositions | None) -> MultiHeadAttention:
+    (k_dim, v_dim), h = config.head_dims, config.num_heads
+    return MultiHeadAttention(
+        config.d_model, k_dim, v_dim, h, config.dropout,
+        num_kv_heads=config.kv_heads, bias=config.bias, rotary=rotary,
+    )  # fmt: skip
+
+
 class Encoder(nn.Module):
-    def __init__(self, config: ModelConfig) -> None:
+    def __init__(self, config: ModelConfig, rotary: RotaryPositions | None = None) -> None:
         super().__init__()
-        self.layers = nn.ModuleList(EncoderLayer(config) for _ in range(config.num_encoder_layers))
+        self.layers = nn.ModuleList(
+            EncoderLayer(config, rotary) for _ in range(config.num_encoder_layers)
+        )
         # Pre-norm leaves the residual stream unnormalised: one last norm before use.
-        self.norm = nn.LayerNorm(config.d_model) if config.norm_first else nn.Identity()
+        self.norm = make_norm(config) if config.norm_first else nn.Identity()
 
     def forward(self, x: Tensor, src_keep: Tensor) -> Tensor:
         for layer in self.layers:
@@ -262,10 +360,12 @@ class Encoder(nn.Module):
 
 
 class Decoder(nn.Module):
-    def __init__(self, config: ModelConfig) -> None:
+    def __init__(self, config: ModelConfig, rotary: RotaryPositions | None = None) -> None:
         super().__init__()
-        self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.num_decoder_layers))
-        self.norm = nn.LayerNorm(config.d_model) if config.norm_first else nn.Identity()
+        self.layers = nn.ModuleList(
+            DecoderLayer(config, rotary) for _ in range(config.num_decoder_layers)
+        )
+        self.norm = make_norm(config) if config.norm_first else nn.Identity()
 
     def forward(
         self,
@@ -317,13 +417,12 @@ class DecoderCache:
 
 
 class EncoderLayer(nn.Module):
-    def __init__(self, config: ModelConfig) -> None:
+    def __init__(self, config: ModelConfig, rotary: RotaryPositions | None = None) -> None:
         super().__init__()
-        d, (k_dim, v_dim) = config.d_model, config.head_dims
-        self.self_attn = MultiHeadAttention(d, k_dim, v_dim, config.num_heads, config.dropout)
-        self.ff = FeedForward(d, config.d_ff, config.dropout)
-        self.res_attn = Residual(d, config.dropout, config.norm_first)
-        self.res_ff = Residual(d, config.dropout, config.norm_first)
+        self.self_attn = self_attention(config, rotary)
+        self.ff = feed_forward(config)
+        self.res_attn = Residual(config)
+        self.res_ff = Residual(config)
 
     def forward(self, x: Tensor, src_keep: Tensor) -> Tensor:
         x = self.res_attn(x, lambda h: self.self_attn(h, src_keep))
@@ -331,15 +430,19 @@ class EncoderLayer(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, config: ModelConfig) -> None:
+    def __init__(self, config: ModelConfig, rotary: RotaryPositions | None = None) -> None:
         super().__init__()
         d, (k_dim, v_dim), h = config.d_model, config.head_dims, config.num_heads
-        self.self_attn = MultiHeadAttention(d, k_dim, v_dim, h, config.dropout)
-        self.cross_attn = CrossAttention(d, d, k_dim, v_dim, h, config.dropout)
-        self.ff = FeedForward(d, config.d_ff, config.dropout)
-        self.res_self = Residual(d, config.dropout, config.norm_first)
-        self.res_cross = Residual(d, config.dropout, config.norm_first)
-        self.res_ff = Residual(d, config.dropout, config.norm_first)
+        self.self_attn = self_attention(config, rotary)
+        # No rotary here: queries (target positions) and keys (source positions) are in two
+        # sequences, whose distance i - j means nothing; cross-attention aligns by content.
+        self.cross_attn = CrossAttention(
+            d, d, k_dim, v_dim, h, config.dropout, num_kv_heads=config.kv_heads, bias=config.bias
+        )
+        self.ff = feed_forward(config)
+        self.res_self = Residual(config)
+        self.res_cross = Residual(config)
+        self.res_ff = Residual(config)
 
     def forward(
         self,
@@ -360,11 +463,11 @@ class DecoderLayer(nn.Module):
 class Residual(nn.Module):
     """x + dropout(sublayer(norm(x))) in pre-norm; norm(x + dropout(sublayer(x))) in post-norm."""
 
-    def __init__(self, d_model: int, dropout: float, norm_first: bool) -> None:
+    def __init__(self, config: ModelConfig) -> None:
         super().__init__()
-        self.norm = nn.LayerNorm(d_model)
-        self.dropout = nn.Dropout(dropout)
-        self.norm_first = norm_first
+        self.norm = make_norm(config)
+        self.dropout = nn.Dropout(config.dropout)
+        self.norm_first = config.norm_first
 
     def forward(self, x: Tensor, sublayer: Any) -> Tensor:
         if self.norm_first:
@@ -372,8 +475,53 @@ class Residual(nn.Module):
         return self.norm(x + self.dropout(sublayer(x)))
 
 
+def feed_forward(config: ModelConfig) -> nn.Module:
+    d, bias = config.d_model, config.bias
+    if config.activation in GATED:
+        width = gated_width(config.d_ff)
+        return GatedFeedForward(d, width, config.dropout, GATED[config.activation](), bias)
+    activation = nn.GELU() if config.activation == "gelu" else nn.ReLU()
+    return FeedForward(d, config.d_ff, config.dropout, activation, bias)
+
+
+def gated_width(d_ff: int) -> int:
+    """The hidden width of a gated unit standing in for a plain block d_ff wide: three
+    matrices of 2/3 * d_ff hold what two of d_ff do (Shazeer, 2020), rounded to a multiple of 8
+    (1024 -> 680)."""
+    return max(8, round(2 * d_ff / 3 / 8) * 8)
+
+
 class FeedForward(nn.Sequential):
-    def __init__(self, d_model: int, d_ff: int, dropout: float) -> None:
+    """linear -> activation -> dropout -> linear (the paper's ReLU block, or GELU)."""
+
+    def __init__(
+        self,
+        d_model: int,
+        d_ff: int,
+        dropout: float,
+        activation: nn.Module | None = None,
+        bias: bool = True,
+    ) -> None:
         super().__init__(
-            nn.Linear(d_model, d_ff), nn.ReLU(), nn.Dropout(dropout), nn.Linear(d_ff, d_model)
+            nn.Linear(d_model, d_ff, bias=bias),
+            activation if activation is not None else nn.ReLU(),
+            nn.Dropout(dropout),
+            nn.Linear(d_ff, d_model, bias=bias),
         )
+
+
+class GatedFeedForward(nn.Module):
+    """down(dropout(activation(gate(x)) * up(x))): SwiGLU with SiLU, GEGLU with GELU."""
+
+    def __init__(
+        self, d_model: int, width: int, dropout: float, activation: nn.Module, bias: bool = True
+    ) -> None:
+        super().__init__()
+        self.gate = nn.Linear(d_model, width, bias=bias)
+        self.up = nn.Linear(d_model, width, bias=bias)
+        self.down = nn.Linear(width, d_model, bias=bias)
+        self.activation = activation
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.down(self.dropout(self.activation(self.gate(x)) * self.up(x)))

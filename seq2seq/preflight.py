@@ -148,6 +148,22 @@ RESUME_IGNORES = ("paths", "logger", "hydra", "resume", "ckpt_path", "task_name"
 PATH_KEYS = ("dirpath", "save_dir", "default_root_dir", "data_dir")
 
 
+def _net_defaults() -> dict[str, Any]:
+    """ModelConfig's defaults: what a network option means in a run saved before it existed."""
+    from dataclasses import MISSING, fields
+
+    from seq2seq.model import ModelConfig
+
+    return {f.name: f.default for f in fields(ModelConfig) if f.default is not MISSING}
+
+
+def _off_value(key: str) -> Any:
+    """What a setting newer than a run must be for the run to mean what it meant: a network
+    option (model.net.norm, ...) its ModelConfig default, anything else None (off)."""
+    prefix, _, name = key.rpartition(".")
+    return _net_defaults().get(name) if prefix == "model.net" else None
+
+
 def check_resume(cfg: DictConfig, path: str) -> None:
     """A checkpoint to resume must hold a training state, and the config must be the run's
     own (RESUME_MAY_CHANGE aside), as the checkpoint recorded it."""
@@ -182,7 +198,7 @@ def check_resume(cfg: DictConfig, path: str) -> None:
         now = OmegaConf.to_container(now, resolve=True) if OmegaConf.is_config(now) else now
         if key in recorded and now == recorded[key]:
             continue
-        if key not in recorded and now is None:
+        if key not in recorded and now == _off_value(key):
             continue  # a setting newer than the run, at its default (off): nothing changes
         then = recorded.get(key, "<not set>")
         raise ValueError(
@@ -239,10 +255,11 @@ def check_same_model(path: str, module: Any) -> None:
     from seq2seq.checkpoint import load_checkpoint
 
     saved = load_checkpoint(path, mmap=True)["hyper_parameters"]
+    saved_net = {**_net_defaults(), **saved.get("net", {})}  # options newer than the file: off
     for key, value in module.hparams["net"].items():
-        if saved.get("net", {}).get(key) != value:
+        if saved_net.get(key) != value:
             raise ValueError(
-                f"{path} was trained with model.net.{key}={saved.get('net', {}).get(key)}, the "
+                f"{path} was trained with model.net.{key}={saved_net.get(key)}, the "
                 f"config says {value}: resume with the config it was trained with (its run's "
                 ".hydra/config.yaml), or start a new run without ckpt_path/resume"
             )

@@ -277,7 +277,11 @@ def test_older_checkpoint_formats_load_and_newer_are_refused(
     assert translate_cli.main(["--ckpt", ckpt(trained), "3 1 4 1 5"]) == 0
     expected = capsys.readouterr().out
     unversioned = {key: value for key, value in checkpoint.items() if key != "seq2seq_format"}
-    torch.save(unversioned, tmp_path / "format0.ckpt")  # as written before formats had numbers
+    # As written before formats had numbers, and before the model's options of the 2020s.
+    hparams = unversioned["hyper_parameters"]
+    newer = ("norm", "activation", "num_kv_heads", "bias")
+    hparams["net"] = {key: value for key, value in hparams["net"].items() if key not in newer}
+    torch.save(unversioned, tmp_path / "format0.ckpt")
     assert translate_cli.main(["--ckpt", str(tmp_path / "format0.ckpt"), "3 1 4 1 5"]) == 0
     assert capsys.readouterr().out == expected
     torch.save({**checkpoint, "seq2seq_format": FORMAT_VERSION + 1}, tmp_path / "newer.ckpt")

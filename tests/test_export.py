@@ -1,11 +1,13 @@
 """Export to CTranslate2: the exported model must be our model.
 
 For briefly trained tiny models of each kind the project trains (symbol tokens on copy, pre-norm
-with sinusoidal positions; characters on number words, post-norm with learned positions; shared
-byte-level BPE with shared and tied embeddings), greedy outputs from the export must equal ours
-token for token, and every beam-search hypothesis CTranslate2 returns must get the same score
-from our model (forced decoding) that CTranslate2 reports: the two searches may rank
-differently, the models may not.
+with sinusoidal positions, the 2017 Transformer; characters on number words, post-norm with
+learned positions, GEGLU and multi-query attention; shared byte-level BPE with shared and tied
+embeddings, RMSNorm, SwiGLU, rotary positions, grouped-query attention and no biases), greedy
+outputs from the export must equal ours token for token, and every beam-search hypothesis
+CTranslate2 returns must get the same score from our model (forced decoding) that CTranslate2
+reports: the two searches may rank differently, the models may not. Each model option alone
+is checked without training: CTranslate2's log-probabilities of given targets equal ours.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from seq2seq import export as export_cli
 from seq2seq import translate as translate_cli
 from seq2seq.checkpoint import load_module
 from seq2seq.decoding import DecodingConfig, Search, beam_search, greedy_decode
-from seq2seq.export import export, model_spec, write_export
+from seq2seq.export import export, model_spec, token_strings, write_export
 from seq2seq.exported import ExportedModel
 from seq2seq.module import Seq2SeqModule
 from train import train
@@ -38,6 +40,7 @@ KINDS: dict[str, list[str]] = {
         "experiment=numbers_en_de", "model=tiny", "data.corpus.train_size=3000",
         "data.corpus.val_size=32", "data.corpus.test_size=300", "data.corpus.high=999",
         "model.net.norm_first=false", "model.net.positional=learned",
+        "model.net.activation=geglu", "model.net.num_kv_heads=1",
     ],
     # Shared byte-level BPE (the tokenizers library), shared and tied embeddings; English to
     # French number words (real words, made offline, so the test needs no corpus file).
@@ -46,7 +49,8 @@ KINDS: dict[str, list[str]] = {
         "data.corpus.train_size=3000", "data.corpus.val_size=32", "data.corpus.test_size=300",
         "data.corpus.high=999", "data.tokenizer.kind=bpe", "data.tokenizer.vocab_size=400",
         "data.tokenizer.shared=true", "model.net.share_embeddings=true",
-        "model.net.tie_output=true",
+        "model.net.tie_output=true", "model.net.norm=rms", "model.net.activation=swiglu",
+        "model.net.positional=rotary", "model.net.num_kv_heads=2", "model.net.bias=false",
     ],
 }  # fmt: skip
 
@@ -160,9 +164,11 @@ def test_beam_scores_are_our_models_and_top_outputs_agree(kind, checkpoints, exp
         if mine == hyps[0][1]:
             assert scores[i, 0].item() == pytest.approx(hyps[0][0], abs=2e-4)
     # The searches differ (CTranslate2 retires a finished hypothesis and stops once beam-size
-    # hypotheses finished; ours keeps it, frozen, until every beam finished): the best output
-    # agrees on at least 90 of 100 inputs (measured: copy 100, char 99, bpe 94).
-    assert same_top >= 90, f"the best beam output agrees on {same_top} of {len(rows)} inputs"
+    # hypotheses finished; ours keeps it, frozen, until every beam finished), so the best
+    # outputs may too; the scores above say the models do not. Measured: copy 100, char 98,
+    # bpe 89 of 100 (94 before the bpe kind took the 2020s options; a briefly trained model's
+    # near-ties decide which search's pick wins).
+    assert same_top >= 80, f"the best beam output agrees on {same_top} of {len(rows)} inputs"
 
 
 def test_translate_with_the_export_prints_what_the_checkpoint_prints(
@@ -296,14 +302,51 @@ def test_int8_export_copies_as_the_trained_model_does(
     assert copied >= 0.9 * len(inputs), f"int8 on {isa} kernels copied {copied} of {len(inputs)}"
 
 
-def untrained_checkpoint(path: Path, **net) -> str:
-    """A checkpoint of a fresh tiny model with these ModelConfig fields (no training)."""
+def untrained_checkpoint(path: Path, noise: float = 0.0, **net) -> str:
+    """A checkpoint of a fresh tiny model with these ModelConfig fields (no training); noise
+    adds normal noise of that size to every parameter (biases and norms too)."""
     vocab = {"kind": "symbol", "symbols": [str(i) for i in range(10)]}
     net = {"d_model": 32, "num_heads": 4, "d_ff": 64, "max_positions": 32, **net}
     module = Seq2SeqModule(net=net, src_vocab=vocab, tgt_vocab=vocab)
+    with torch.no_grad():
+        for parameter in module.parameters():
+            parameter.add_(noise * torch.randn_like(parameter))
     path.parent.mkdir(parents=True, exist_ok=True)
     torch.save({"state_dict": module.state_dict(), "hyper_parameters": dict(module.hparams)}, path)
     return str(path)
+
+
+OPTIONS = [
+    {"norm": "rms"}, {"activation": "gelu"}, {"activation": "swiglu"}, {"activation": "geglu"},
+    {"positional": "rotary"}, {"num_kv_heads": 1}, {"num_kv_heads": 2}, {"bias": False},
+    {"norm": "rms", "activation": "geglu", "positional": "rotary", "num_kv_heads": 1,
+     "norm_first": False},
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("net", OPTIONS, ids=lambda net: "-".join(map(str, net.values())))
+def test_each_model_option_scores_in_the_export_as_ours(net, tmp_path) -> None:
+    """CTranslate2's log-probability of each token of given targets (its score_batch, the full
+    forward) equals ours, for a model whose random weights make its outputs far from uniform."""
+    torch.manual_seed(0)
+    ckpt = untrained_checkpoint(tmp_path / "m.ckpt", noise=0.3, **net)
+    module, cfg = load_module(ckpt), load_module(ckpt).config
+    translator = ExportedModel(export(ckpt, tmp_path / "out"), threads=2).translator
+    generator = torch.Generator().manual_seed(0)
+    rows = [torch.randint(4, 14, (n,), generator=generator).tolist() for n in (3, 9, 1, 6)]
+    targets = [torch.randint(4, 14, (n,), generator=generator).tolist() for n in (5, 2, 12, 7)]
+    strings = token_strings(module.src_vocab)
+    theirs = translator.score_batch(
+        [[strings[i] for i in row] for row in rows], [[strings[i] for i in t] for t in targets]
+    )
+    for row, target, scored in zip(rows, targets, theirs, strict=True):
+        with torch.inference_mode():
+            logits = module.model(torch.tensor([row]), torch.tensor([[cfg.bos_id, *target]]))
+        logits = logits.index_fill(-1, torch.tensor([cfg.pad_id, cfg.bos_id]), float("-inf"))
+        log_probs = logits[0].log_softmax(-1)
+        assert log_probs[:, 3:].std() > 0.5  # far from uniform: a wrong weight would show
+        ours = log_probs.gather(1, torch.tensor([*target, cfg.eos_id])[:, None])[:, 0]
+        torch.testing.assert_close(torch.tensor(scored.log_probs), ours, atol=2e-4, rtol=1e-4)
 
 
 @pytest.mark.parametrize("quantization", ["int8", "float16"])

@@ -241,7 +241,7 @@ def test_memory_keep_of_the_wrong_shape_fails_clearly() -> None:
         ({"src_vocab_size": 2}, r"pad_id must be in \[0, 2\)|eos_id must be in \[0, 2\)"),
         ({"bos_id": 0}, "pad_id, bos_id and eos_id must differ, got 0, 0 and 2"),
         ({"dropout": 1.0}, r"dropout must be a number in \[0, 1\), got 1.0"),
-        ({"positional": "rotary"}, "positional must be one of .*'rotary'"),
+        ({"positional": "alibi"}, "positional must be one of .*'rotary'.*got 'alibi'"),
         ({"share_embeddings": True}, "share_embeddings needs one vocabulary.*17.*19"),
     ],
 )

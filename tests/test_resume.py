@@ -304,6 +304,33 @@ def test_a_resume_may_extend_the_run_and_keeps_its_config(
     assert "experiment=reverse" in overrides.read_text()  # the run's own, then the new limit
 
 
+NEWER = ("norm", "activation", "num_kv_heads", "bias")  # model.net options added later
+
+
+def as_written_before_the_options(run_dir: Path) -> None:
+    """last.ckpt as a run made before the model options existed wrote it: its run config and
+    hyperparameters without them."""
+    path = run_dir / "checkpoints" / "last.ckpt"
+    checkpoint = torch.load(path, weights_only=False)
+    for net in (checkpoint["run_config"]["model"]["net"], checkpoint["hyper_parameters"]["net"]):
+        for name in NEWER:
+            del net[name]
+    torch.save(checkpoint, path)
+
+
+def test_a_run_made_before_the_model_options_resumes_and_refuses_one_set(
+    run_copy: Path, monkeypatch, capsys
+) -> None:
+    as_written_before_the_options(run_copy)
+    error = refused([f"resume={run_copy}", "model.net.norm=rms"], run_copy, monkeypatch, capsys)
+    assert (
+        "model.net.norm=rms differs from the run being resumed (model.net.norm=<not set>" in error
+    )
+    args = [f"resume={run_copy}", "trainer.max_epochs=2", "logger=none"]
+    assert run_train_cli(args, run_copy.parent, monkeypatch) == 0, capsys.readouterr().err
+    assert saved_step(run_copy / "checkpoints" / "last.ckpt") == 8
+
+
 def write_weights_only(run_dir: Path) -> Path:
     last = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)
     path = run_dir / "checkpoints" / "weights.ckpt"
