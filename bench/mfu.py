@@ -3,6 +3,7 @@ process: the model FLOP utilisation (MFU) of our training, bare and inside Light
 
     python bench/mfu.py                               # tiny and small, short and real lengths
     python bench/mfu.py --sizes small --lengths 15 --steps 3
+    python bench/mfu.py --options --sizes small --lengths 15   # each model option's step cost
 
 - The peak: fp32 matrix products of --peak-size (2048) squared, 2 n^3 FLOPs each, on torch's
   threads as training uses them; the fastest of 20, measured before the steps and again after
@@ -22,6 +23,10 @@ experiment=parallel_bpe's model (configs/model/small.yaml, shared and tied embed
 the given length and no padding: lengths 7 (Tatoeba's sentences, 6.3 BPE tokens) and 15
 (longer real text). Seconds and GFLOP/s are medians; compare the ratios, which one run takes
 side by side, rather than single figures across runs.
+
+--options: the bare step of each model option of OPTIONS (docs/model.md) against the model as
+configured, in rounds that take every option in turn (so a drift of the machine's speed falls on
+all alike); it prints parameters, FLOPs and the median step, and each as a ratio to the first.
 """
 
 from __future__ import annotations
@@ -44,6 +49,17 @@ sys.path.insert(0, str(ROOT))
 from common import environment, print_table, sync  # noqa: E402
 
 SIZES = {"tiny": (["experiment=copy"], 14), "small": (["experiment=parallel_bpe"], 8000)}
+OPTIONS = {
+    "as configured": [],
+    "rmsnorm": ["model.net.norm=rms"],
+    "gelu": ["model.net.activation=gelu"],
+    "swiglu": ["model.net.activation=swiglu"],
+    "geglu": ["model.net.activation=geglu"],
+    "rotary": ["model.net.positional=rotary"],
+    "gqa2": ["model.net.num_kv_heads=2"],
+    "mqa": ["model.net.num_kv_heads=1"],
+    "nobias": ["model.net.bias=false"],
+}
 
 
 def matmul_peak(n: int, repeats: int = 20) -> float:
@@ -60,9 +76,9 @@ def matmul_peak(n: int, repeats: int = 20) -> float:
     return 2 * n**3 / min(times) / 1e9
 
 
-def module_for(size: str):
-    """The size's Seq2SeqModule as train.py would build it (its composed model config) over a
-    vocabulary of the size's width."""
+def module_for(size: str, extra: list[str] | None = None):
+    """The size's Seq2SeqModule as train.py would build it (its composed model config, with
+    extra overrides) over a vocabulary of the size's width."""
     from hydra import compose, initialize_config_dir
     from hydra.utils import instantiate
 
@@ -70,7 +86,7 @@ def module_for(size: str):
 
     overrides, vocab_size = SIZES[size]
     with initialize_config_dir(str(ROOT / "configs"), version_base="1.3"):
-        cfg = compose("train", overrides=overrides)
+        cfg = compose("train", overrides=[*overrides, *(extra or [])])
     vocab = Vocabulary(str(i) for i in range(vocab_size - 4)).to_dict()  # + 4 specials
     torch.manual_seed(0)
     return instantiate(cfg.model, src_vocab=vocab, tgt_vocab=vocab)
@@ -150,6 +166,34 @@ def fit_seconds(module, batches: list[dict], warmup: int) -> float:
     return statistics.median(intervals[warmup:])
 
 
+def option_rows(size: str, length: int, batch: int, rounds: int) -> list[list]:
+    """Per option: parameters, GFLOP a step and the median bare step, in interleaved rounds."""
+    modules = {name: module_for(size, extra) for name, extra in OPTIONS.items()}
+    optimizers = {name: m.configure_optimizers()["optimizer"] for name, m in modules.items()}
+    batches = batches_for(modules["as configured"], 1, batch, length)
+    times: dict[str, list[float]] = {name: [] for name in modules}
+    for index in range(rounds + 1):  # the first round warms up
+        for name, module in modules.items():
+            module.train()
+            start = time.perf_counter()
+            loss, _ = module.model_step(batches[0])
+            optimizers[name].zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(module.parameters(), 1.0)
+            optimizers[name].step()
+            if index:
+                times[name].append(time.perf_counter() - start)
+    rows, first = [], None
+    for name, module in modules.items():
+        params = sum(p.numel() for p in module.parameters()) / 1e6
+        gflop, seconds = step_gflop(module, batches[0]), statistics.median(times[name])
+        first = first or (params, gflop, seconds)
+        rows.append([name, " ".join(OPTIONS[name]) or "-", f"{params:.2f}",
+                     f"{params / first[0]:.2f}", f"{gflop:.1f}", f"{gflop / first[1]:.2f}",
+                     f"{seconds:.3f}", f"{seconds / first[2]:.2f}"])  # fmt: skip
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
@@ -159,9 +203,19 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=128, help="pairs a batch")
     parser.add_argument("--steps", type=int, default=6, help="timed steps (after 2 warm-up)")
     parser.add_argument("--peak-size", type=int, default=2048)
+    parser.add_argument("--options", action="store_true", help="each model option's step cost")
     args = parser.parse_args()
     logging.getLogger("lightning").setLevel(logging.ERROR)
     logging.getLogger("seq2seq").setLevel(logging.ERROR)
+    if args.options:
+        for size, length in itertools.product(args.sizes, args.lengths):
+            print(f"# the model options' bare step, {size} model, batch {args.batch} x length "
+                  f"{length}, median of {args.steps} rounds, {environment()}")  # fmt: skip
+            print_table(
+                ["option", "overrides", "params (M)", "ratio", "GFLOP/step", "ratio",
+                 "step s", "ratio"], option_rows(size, length, args.batch, args.steps),
+            )  # fmt: skip
+        return
     warmup = 2
     before = matmul_peak(args.peak_size)
     rows = []
