@@ -15,6 +15,19 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+# The model options of the 2020s (docs/model.md), each alone: bench/recipe.py's rows and
+# bench/mfu.py --options.
+MODEL_OPTIONS: dict[str, list[str]] = {
+    "rmsnorm": ["model.net.norm=rms"],
+    "gelu": ["model.net.activation=gelu"],
+    "swiglu": ["model.net.activation=swiglu"],
+    "geglu": ["model.net.activation=geglu"],
+    "rotary": ["model.net.positional=rotary"],
+    "gqa2": ["model.net.num_kv_heads=2"],
+    "mqa": ["model.net.num_kv_heads=1"],
+    "nobias": ["model.net.bias=false"],
+}
+
 
 def sync(device: torch.device) -> None:
     if device.type == "cuda":

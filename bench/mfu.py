@@ -46,20 +46,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(ROOT))
 
-from common import environment, print_table, sync  # noqa: E402
+from common import MODEL_OPTIONS, environment, print_table, sync  # noqa: E402
 
 SIZES = {"tiny": (["experiment=copy"], 14), "small": (["experiment=parallel_bpe"], 8000)}
-OPTIONS = {
-    "as configured": [],
-    "rmsnorm": ["model.net.norm=rms"],
-    "gelu": ["model.net.activation=gelu"],
-    "swiglu": ["model.net.activation=swiglu"],
-    "geglu": ["model.net.activation=geglu"],
-    "rotary": ["model.net.positional=rotary"],
-    "gqa2": ["model.net.num_kv_heads=2"],
-    "mqa": ["model.net.num_kv_heads=1"],
-    "nobias": ["model.net.bias=false"],
-}
+OPTIONS = {"as configured": [], **MODEL_OPTIONS}
 
 
 def matmul_peak(n: int, repeats: int = 20) -> float:

@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(ROOT))
 
-from common import print_table  # noqa: E402
+from common import MODEL_OPTIONS, print_table  # noqa: E402
 
 CORPUS = ROOT / "data" / "corpora" / "tatoeba-en-fr" / "en-fr.tsv.gz"  # ships with the project
 OUT = ROOT / "bench" / "out" / "recipe"
@@ -62,15 +62,7 @@ ROWS: dict[str, list[str]] = {
     "tiny": ["model=tiny", "model.net.max_positions=256"],
     "wide": ["model.net.d_model=384", "model.net.d_ff=1536"],
     "deep": ["model.net.num_encoder_layers=6", "model.net.num_decoder_layers=6"],
-    # The model options of the 2020s, each alone on the recipe (docs/results.md).
-    "rmsnorm": ["model.net.norm=rms"],
-    "gelu": ["model.net.activation=gelu"],
-    "swiglu": ["model.net.activation=swiglu"],
-    "geglu": ["model.net.activation=geglu"],
-    "rotary": ["model.net.positional=rotary"],
-    "gqa2": ["model.net.num_kv_heads=2"],
-    "mqa": ["model.net.num_kv_heads=1"],
-    "nobias": ["model.net.bias=false"],
+    **MODEL_OPTIONS,  # the model options of the 2020s, each alone (docs/results.md)
     # The options that did not lose alone, together (RMSNorm lost 1.0 BLEU alone).
     "modern": [
         "model.net.activation=swiglu",
