@@ -53,6 +53,8 @@ ROWS: dict[str, list[str]] = {
     "warmup300": ["model.warmup_steps=300"],
     "warmup1000": ["model.warmup_steps=1000"],
     "warmup3000": ["model.warmup_steps=3000"],
+    "steps-warmup": ["model.warmup_share=null"],  # the warmup in steps alone, as before
+    "seed1": ["seed=1", "data.seed=0"],  # a second seed, the same split
     "inverse_sqrt": ["model.schedule=inverse_sqrt"],  # no decay to the deadline
     "bpe4000": ["data.tokenizer.vocab_size=4000"],
     "bpe16000": ["data.tokenizer.vocab_size=16000"],
@@ -73,13 +75,63 @@ ROWS: dict[str, list[str]] = {
 }
 
 
-def corpus_overrides(reverse: bool) -> list[str]:
+# The second length regime: Tatoeba's pairs joined JOIN at a time into one longer pair (source
+# with source, target with target), about 19 BPE tokens a source sentence instead of 6, like
+# the 10-30-word sentences of most public corpora. Honest by construction: the pairs are split
+# by source sentence first (every pair of a sentence on one side), then shuffled and joined
+# within each split, so no test sentence is seen in training, even inside a joined pair.
+JOIN = 3
+JOINED_HELD_OUT = 3000  # pairs of the file per held-out split: 1,000 joined pairs each
+JOINED_SEED = 0
+
+
+def joined_corpus(reverse: bool) -> dict[str, Path]:
+    """The joined regime's train/validation/test TSV files (made once, under bench/out)."""
+    import csv
+    import gzip
+    import random
+
+    src = "fr" if reverse else "en"
+    folder = OUT / f"joined{JOIN}-by-{src}"
+    files = {split: folder / f"{split}.tsv" for split in ("train", "validation", "test")}
+    if all(f.is_file() for f in files.values()):
+        return files
+    with gzip.open(CORPUS, "rt", encoding="utf-8", newline="") as f:
+        pairs = list(
+            dict.fromkeys((row["en"], row["fr"]) for row in csv.DictReader(f, delimiter="\t"))
+        )
+    by_source: dict[str, list[tuple[str, str]]] = {}
+    for pair in pairs:
+        by_source.setdefault(pair[0 if src == "en" else 1], []).append(pair)
+    sources = sorted(by_source)
+    rng = random.Random(JOINED_SEED)
+    rng.shuffle(sources)
+    splits: dict[str, list[tuple[str, str]]] = {"test": [], "validation": [], "train": []}
+    for source in sources:
+        split = next(
+            (s for s in ("test", "validation") if len(splits[s]) < JOINED_HELD_OUT), "train"
+        )
+        splits[split] += by_source[source]
+    folder.mkdir(parents=True, exist_ok=True)
+    for split, rows in splits.items():
+        rng.shuffle(rows)
+        joined = [rows[i : i + JOIN] for i in range(0, len(rows) - JOIN + 1, JOIN)]
+        part = files[split].with_suffix(".part")
+        with part.open("w", encoding="utf-8", newline="") as f:
+            writer = csv.writer(f, delimiter="\t", lineterminator="\n")
+            writer.writerow(["en", "fr"])
+            writer.writerows([" ".join(p[0] for p in g), " ".join(p[1] for p in g)] for g in joined)
+        part.rename(files[split])
+    return files
+
+
+def corpus_overrides(reverse: bool, regime: str = "tatoeba") -> list[str]:
     src, tgt = ("fr", "en") if reverse else ("en", "fr")
-    return [
-        f"data.corpus.train.file={CORPUS}",
-        f"data.corpus.src_column={src}",
-        f"data.corpus.tgt_column={tgt}",
-    ]
+    columns = [f"data.corpus.src_column={src}", f"data.corpus.tgt_column={tgt}"]
+    if regime == "tatoeba":
+        return [f"data.corpus.train.file={CORPUS}", *columns]
+    files = joined_corpus(reverse)
+    return [f"data.corpus.{split}.file={path}" for split, path in files.items()] + columns
 
 
 def parse_row(spec: str) -> tuple[str, list[str]]:
@@ -136,16 +188,19 @@ def test_figures(run_dir: Path) -> dict[str, float]:
     return {"bleu": summary["test"]["test/bleu"], "chrf": summary["test"]["test/chrf"]}
 
 
-def train_rows(specs: list[str], budget: float, reverse: bool, common: list[str]) -> None:
+def train_rows(
+    specs: list[str], budget: float, reverse: bool, common: list[str], regime: str
+) -> None:
     tag = "".join("-" + c.rpartition(".")[2].replace("=", "") for c in common)  # warmup_steps300
-    minutes = f"{budget:g}min" + ("-fr-en" if reverse else "") + tag
+    regime_tag = "" if regime == "tatoeba" else f"-{regime}{JOIN}"
+    minutes = f"{budget:g}min" + ("-fr-en" if reverse else "") + regime_tag + tag
     max_time = time.strftime("00:%H:%M:%S", time.gmtime(budget * 60))
     table = []
     for spec in specs:
         name, overrides = parse_row(spec)
         run_dir = OUT / f"{minutes}-{name}"
         if not (run_dir / "summary.json").is_file():
-            wall = train_py([*corpus_overrides(reverse), f"trainer.max_time={max_time}",
+            wall = train_py([*corpus_overrides(reverse, regime), f"trainer.max_time={max_time}",
                              *common, *overrides], run_dir)  # fmt: skip
             (run_dir / "wall_s.txt").write_text(f"{wall:.1f}\n")
         figures = {**training_figures(run_dir), **test_figures(run_dir)}
@@ -157,7 +212,7 @@ def train_rows(specs: list[str], budget: float, reverse: bool, common: list[str]
             f"{100 * figures['bleu']:.2f}", f"{100 * figures['chrf']:.2f}",
         ])  # fmt: skip
         print(f"{name}: {figures}", flush=True)
-    direction = "fr->en" if reverse else "en->fr"
+    direction = ("fr->en" if reverse else "en->fr") + f", {regime} regime"
     print(
         f"\nBudget {budget:g} min a run ({direction}), every row with {common or 'nothing'} added"
     )
@@ -168,7 +223,7 @@ def train_rows(specs: list[str], budget: float, reverse: bool, common: list[str]
     )  # fmt: skip
 
 
-def decode_rows(run_dir: Path, reverse: bool, last: list[int]) -> None:
+def decode_rows(run_dir: Path, reverse: bool, last: list[int], regime: str) -> None:
     """Test one run's checkpoints under each decoding setting, and averages of its last N."""
     from seq2seq.average import recent_checkpoints, write_average
 
@@ -190,7 +245,7 @@ def decode_rows(run_dir: Path, reverse: bool, last: list[int]) -> None:
     for label, ckpt, overrides in settings:
         eval_dir = run_dir / "decode" / label.replace(" ", "").replace(",", "-")
         if not (eval_dir / "summary.json").is_file():
-            wall = train_py([*corpus_overrides(reverse), "train=false", f"ckpt_path={ckpt}",
+            wall = train_py([*corpus_overrides(reverse, regime), "train=false", f"ckpt_path={ckpt}",
                              *overrides], eval_dir)  # fmt: skip
             (eval_dir / "wall_s.txt").write_text(f"{wall:.1f}\n")
         figures = test_figures(eval_dir)
@@ -216,13 +271,16 @@ def main() -> None:
     decode.add_argument("--last", type=int, nargs="*", default=[2, 4], help="averages to test")
     for p in (train, decode):
         p.add_argument("--reverse", action="store_true", help="French to English")
+        p.add_argument("--regime", choices=("tatoeba", "joined"), default="tatoeba",
+                       help=f"tatoeba: the shipped pairs as they are (about 6 tokens a "
+                       f"sentence); joined: {JOIN} pairs joined into one (about 19)")  # fmt: skip
     args = parser.parse_args()
     if not CORPUS.is_file():
         raise SystemExit(f"the shipped corpus is missing: {CORPUS} (a clone of the project has it)")
     if args.command == "train":
-        train_rows(args.rows, args.budget, args.reverse, args.common)
+        train_rows(args.rows, args.budget, args.reverse, args.common, args.regime)
     else:
-        decode_rows(args.run_dir, args.reverse, args.last)
+        decode_rows(args.run_dir, args.reverse, args.last, args.regime)
 
 
 if __name__ == "__main__":

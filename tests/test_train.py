@@ -323,11 +323,15 @@ def test_the_cosine_ends_at_the_step_limit_or_the_time_budget_whichever_comes_fi
 def test_a_time_budget_ends_the_schedule_and_leaves_time_to_validate_and_test(
     tmp_path: Path, data_dir: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    budget = 12
+    """A warmup stated in steps that the budget cannot buy (100,000 steps, on any machine):
+    warmup_share ends it by the clock, so the schedule still peaks early and decays over most
+    of the budget, to its end at the stop."""
+    budget, share = 12, 0.2
     overrides = [
         "data.corpus.train_size=2000", "data.corpus.val_size=200", "data.corpus.test_size=200",
         f"trainer.max_time=00:00:00:{budget:02d}", "trainer.max_epochs=-1",
         "trainer.log_every_n_steps=1", "model.schedule=cosine", "model.min_lr_ratio=0.1",
+        "model.warmup_steps=100000", f"model.warmup_share={share}",
     ]  # fmt: skip
     cfg = compose_train(tmp_path, data_dir, overrides)
     with caplog.at_level("INFO"):
@@ -339,9 +343,15 @@ def test_a_time_budget_ends_the_schedule_and_leaves_time_to_validate_and_test(
     with open(Path(cfg.paths.output_dir) / "csv" / "version_0" / "metrics.csv") as f:
         rows = list(csv.DictReader(f))
     lrs = [float(r["lr-AdamW/pg1"]) for r in rows if r.get("lr-AdamW/pg1")]
-    decay = lrs[cfg.model.warmup_steps :]
-    assert all(b <= a + 1e-12 for a, b in itertools.pairwise(decay))
-    assert lrs[-1] == pytest.approx(cfg.model.lr * 0.1, rel=0.01)  # the end, at the stop
+    peak = lrs.index(max(lrs))
+    assert max(lrs) == pytest.approx(cfg.model.lr)  # the warmup ended at the full rate
+    # It ended by the clock, at the share of the training time (the first validation and the
+    # start-up slow the first steps, hence the margin), far before its 100,000 steps ...
+    assert 0 < peak <= (share + 0.15) * len(lrs)
+    assert all(b >= a - 1e-12 for a, b in itertools.pairwise(lrs[: peak + 1]))
+    # ... and the cosine then fell over the rest of the run, to its end at the stop.
+    assert all(b <= a + 1e-12 for a, b in itertools.pairwise(lrs[peak:]))
+    assert lrs[-1] == pytest.approx(cfg.model.lr * 0.1, rel=0.01)
     last_step = max(int(r["step"]) for r in rows if r.get("train/loss_step"))
     final = torch.load(summary["last_checkpoint"], weights_only=True)["global_step"]
     assert final == last_step + 1  # saved after the last step
