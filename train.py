@@ -7,7 +7,7 @@
 
 `train(cfg)` does the work and is what the tests call; `main` is the thin Hydra wrapper that
 composes the config and turns bad input into a one-line error, and `cli` checks a plain
-command line before Hydra makes a run directory (seq2seq/launch.py).
+command line before Hydra makes a run directory (seq2seq/training/launch.py).
 """
 
 from __future__ import annotations
@@ -23,11 +23,18 @@ from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-# Importing seq2seq.launch registers the configs' resolvers.
-from seq2seq.launch import check_command_line, root_cause, with_run_overrides
-from seq2seq.preflight import check_config, check_output_dir, check_same_model, checkpoint_to_resume
-from seq2seq.report import report
+from seq2seq.run_dir import RunDir
 from seq2seq.score import signatures
+
+# Importing seq2seq.training.launch registers the configs' resolvers.
+from seq2seq.training.launch import check_command_line, root_cause, with_run_overrides
+from seq2seq.training.preflight import (
+    check_config,
+    check_output_dir,
+    check_same_model,
+    checkpoint_to_resume,
+)
+from seq2seq.training.report import report
 
 log = logging.getLogger("train")
 # Absolute, so Hydra finds it when train.py is imported (tests call cli() and main() in-process).
@@ -53,7 +60,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     import lightning as L
 
     from seq2seq.average import average_last_validations
-    from seq2seq.callbacks import SaveRunConfig, best_checkpoint
+    from seq2seq.training.callbacks import SaveRunConfig, best_checkpoint
 
     if logging.getLogger().handlers:
         # `import lightning` adds its own console handler, and its records also reach the
@@ -90,7 +97,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             if cfg.average_last:
                 run_dir = Path(cfg.paths.output_dir)
                 averaged = average_last_validations(run_dir, cfg.average_last, trainer)
-            last_file = Path(cfg.paths.output_dir) / "checkpoints" / "last.ckpt"
+            last_file = RunDir(cfg.paths.output_dir).last
             last = str(last_file) if last_file.is_file() else None
             tested = averaged or best
             if best is None:
@@ -121,7 +128,7 @@ def build_module(cfg: DictConfig, src_vocab: Any, tgt_vocab: Any) -> Any:
     if cfg.train:
         log.info("Instantiating model <%s>", cfg.model._target_)
         return instantiate(cfg.model, src_vocab=src_vocab.to_dict(), tgt_vocab=tgt_vocab.to_dict())
-    from seq2seq.module import load_for_evaluation
+    from seq2seq.training.module import load_for_evaluation
 
     log.info("Loading model from %s", cfg.ckpt_path)
     return load_for_evaluation(cfg.ckpt_path, (src_vocab, tgt_vocab), cfg.model)

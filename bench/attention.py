@@ -39,7 +39,7 @@ from common import (
     run_isolated,
 )
 
-from seq2seq.attention import MultiHeadAttention
+from seq2seq.core.attention import MultiHeadAttention
 
 IMPLEMENTATIONS = ("ours", "torch", "explicit")
 

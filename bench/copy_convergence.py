@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 
 from common import environment, print_table  # noqa: E402
 
-from seq2seq.model import SinusoidalPositions  # noqa: E402
+from seq2seq.core.model import SinusoidalPositions  # noqa: E402
 
 
 def reached(history: list[tuple[int, float, float]]) -> tuple[int, float] | None:
@@ -59,7 +59,7 @@ def ours(
     from hydra.utils import instantiate
     from omegaconf import open_dict
 
-    from seq2seq.metrics import exact_match
+    from seq2seq.training.metrics import exact_match
     from train import build_module
 
     with initialize_config_dir(str(ROOT / "configs"), version_base="1.3"):

@@ -23,8 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from common import environment, median_seconds, print_table
 
-from seq2seq.decoding import beam_search, greedy_decode
-from seq2seq.model import ModelConfig, Seq2SeqTransformer
+from seq2seq.core.decoding import beam_search, greedy_decode
+from seq2seq.core.model import ModelConfig, Seq2SeqTransformer
 
 
 def build_model(args: argparse.Namespace, device: torch.device) -> Seq2SeqTransformer:

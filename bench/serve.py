@@ -4,7 +4,7 @@
     python bench/serve.py --lengths 64 --batches 32 --repeats 1 --no-quality  # a quick look
     python bench/serve.py --real path/to/best.ckpt --sources test.en --references test.fr
 
-Speed: our cached greedy and beam 4 (seq2seq.decoding) against CTranslate2 float32 and int8
+Speed: our cached greedy and beam 4 (seq2seq.core.decoding) against CTranslate2 float32 and int8
 (the same float32 export, quantized as it loads) on the `small` sizes with random weights
 (d_model 256, 8 heads, 3+3 layers, vocabulary 1,000, sources of 32 tokens) and on the
 real-text model; batch 1 and 32, 64 and 256 new tokens, EOS ruled out on both sides so each
@@ -40,15 +40,15 @@ from common import environment, interleaved_seconds, print_table  # noqa: E402
 
 from seq2seq import translate as translate_cli  # noqa: E402
 from seq2seq.checkpoint import load_module  # noqa: E402
-from seq2seq.decoding import beam_search, greedy_decode  # noqa: E402
+from seq2seq.core.decoding import beam_search, greedy_decode  # noqa: E402
 from seq2seq.export import (  # noqa: E402
     QUANTIZATIONS,
     import_ctranslate2,
     token_strings,
     write_export,
 )
-from seq2seq.module import Seq2SeqModule  # noqa: E402
 from seq2seq.score import corpus_scores, read_lines  # noqa: E402
+from seq2seq.training.module import Seq2SeqModule  # noqa: E402
 
 RUN = ROOT / "bench" / "out" / "recipe" / "30min-average_last5-base"
 REAL = RUN / "checkpoints" / "epoch005-step003473.ckpt"

@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 
 from common import environment, print_table, sync  # noqa: E402
 
-from seq2seq.model import SinusoidalPositions  # noqa: E402
+from seq2seq.core.model import SinusoidalPositions  # noqa: E402
 
 SIZES = {  # the net sections of configs/model/{tiny,small}.yaml
     "tiny": dict(d_model=64, num_heads=4, d_ff=256, layers=2, dropout=0.0, smoothing=0.0),
@@ -102,7 +102,7 @@ def measure(size_name: str, length: int, args: argparse.Namespace) -> tuple[floa
     from torch.utils.data import DataLoader
 
     from seq2seq.data.vocab import Vocabulary
-    from seq2seq.module import Seq2SeqModule
+    from seq2seq.training.module import Seq2SeqModule
 
     device = torch.device(args.device)
     size = SIZES[size_name]

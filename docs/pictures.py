@@ -46,8 +46,8 @@ def _pyplot():
 def masks(out: Path) -> None:
     """Encoder self-attention, decoder self-attention and cross-attention of the second
     example of a padded batch, as the untrained model applies them."""
-    from seq2seq.attention import capture_attention
-    from seq2seq.model import ModelConfig, Seq2SeqTransformer
+    from seq2seq.core.attention import capture_attention
+    from seq2seq.core.model import ModelConfig, Seq2SeqTransformer
 
     torch.manual_seed(0)
     sizes = dict(d_model=16, num_heads=2, d_ff=32, num_encoder_layers=1, num_decoder_layers=1)
@@ -86,7 +86,7 @@ def masks(out: Path) -> None:
 
 def positions(out: Path) -> None:
     """The sinusoidal table (position x dimension) and four of its dimensions."""
-    from seq2seq.model import SinusoidalPositions
+    from seq2seq.core.model import SinusoidalPositions
 
     table = SinusoidalPositions(64, 128).table
     plt = _pyplot()
@@ -102,7 +102,7 @@ def positions(out: Path) -> None:
     right.set_xlabel("position")
     right.set_title("each pair of dimensions turns at its own frequency", fontsize=10)
     right.legend(fontsize=8)
-    fig.suptitle("Sinusoidal positions (64 positions, d_model 128; seq2seq/model.py)")
+    fig.suptitle("Sinusoidal positions (64 positions, d_model 128; seq2seq/core/model.py)")
     save_figure(fig, out / "positions.png")
 
 
@@ -111,7 +111,7 @@ def budgeted_lr(steps: int, budget_s: float, warmup: int, peak: float) -> list[f
     by the optimizer's schedule and the TimeBudget callback's clock (a steady pace)."""
     from helpers import clocked_budget
 
-    from seq2seq.optim import lr_lambda
+    from seq2seq.training.optim import lr_lambda
 
     clock = {"elapsed": 0.0}
     budget = clocked_budget(budget_s, clock)

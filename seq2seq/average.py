@@ -25,6 +25,7 @@ import torch
 
 from seq2seq.checkpoint import CheckpointError, carry_run_record, load_checkpoint
 from seq2seq.cli import ArgumentParser, run_tool, written_whole
+from seq2seq.run_dir import RunDir
 
 log = logging.getLogger("train")  # average_last_validations reports in the run's log
 RECENT = "recent-step*.ckpt"  # configs/callbacks/default.yaml: recent_checkpoints
@@ -32,7 +33,7 @@ RECENT = "recent-step*.ckpt"  # configs/callbacks/default.yaml: recent_checkpoin
 
 def newest_recent(run_dir: str | Path, n: int) -> list[Path]:
     """Up to n of the newest checkpoints the run kept at its validations (oldest first)."""
-    return sorted((Path(run_dir) / "checkpoints").glob(RECENT))[-n:]
+    return sorted(RunDir(run_dir).checkpoints.glob(RECENT))[-n:]
 
 
 def recent_checkpoints(run_dir: str | Path, n: int) -> list[Path]:
@@ -107,7 +108,7 @@ def average_last_validations(run_dir: Path, n: int, trainer: Any) -> str | None:
         return None
     if len(paths) < n:
         log.warning("average_last=%d: only %d validations; averaging those", n, len(paths))
-    out = run_dir / "checkpoints" / f"average-last{len(paths)}.ckpt"
+    out = RunDir(run_dir).average(len(paths))
     if trainer.is_global_zero:
         write_average(paths, out)
         log.info("Averaged the last %d validation checkpoints into %s", len(paths), out)
@@ -133,7 +134,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if len(args.paths) != 1:
                 raise ValueError(f"--last takes one run directory, got {len(args.paths)} paths")
             paths: list[Any] = recent_checkpoints(args.paths[0], args.last)
-            default = Path(args.paths[0]) / "checkpoints" / f"average-last{args.last}.ckpt"
+            default = RunDir(args.paths[0]).average(args.last)
             out = args.out or default
         else:
             if args.out is None:

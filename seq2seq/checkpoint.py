@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 
-from seq2seq.decoding import Decodes
+from seq2seq.core.decoding import Decodes
 
 __all__ = [
     "FORMAT_VERSION",

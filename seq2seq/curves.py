@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from seq2seq.cli import written_whole
+from seq2seq.run_dir import RunDir
 
 TIME = "time/train_s"  # training time at each logged step (Seq2SeqModule.training_step)
 VALIDATION = ("val/chrf", "val/bleu", "val/exact_match")
@@ -23,9 +24,7 @@ VALIDATION = ("val/chrf", "val/bleu", "val/exact_match")
 def read_metrics(run_dir: str | Path) -> list[dict[str, float]]:
     """Every logged row of a run, each start's (csv/version_N) after the one before."""
     run_dir = Path(run_dir)
-    files = sorted(
-        run_dir.glob("csv/version_*/metrics.csv"), key=lambda p: int(p.parent.name.split("_")[1])
-    )
+    files = RunDir(run_dir).metrics_files()
     if not files:
         raise ValueError(
             f"{run_dir} has no csv/version_*/metrics.csv: give a run directory trained with the "
@@ -117,7 +116,7 @@ def curves_figure(runs: Mapping[str, list[dict[str, float]]], title: str = "") -
 def write_curves(run_dir: str | Path, out: str | Path | None = None) -> Path:
     """RUN_DIR/curves.png (or out) from the run's metrics."""
     run_dir = Path(run_dir)
-    out = Path(out) if out else run_dir / "curves.png"
+    out = Path(out) if out else RunDir(run_dir).curves
     figure = curves_figure({run_dir.name: read_metrics(run_dir)}, title=str(run_dir))
     save_figure(figure, out)
     return out

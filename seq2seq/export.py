@@ -29,8 +29,8 @@ import torch
 from seq2seq import __version__
 from seq2seq.checkpoint import load_module
 from seq2seq.cli import ArgumentParser, run_tool, written_whole
+from seq2seq.core.model import GATED, GatedFeedForward, NoPositions, SinusoidalPositions
 from seq2seq.data.tokenizer import save_tokenizer
-from seq2seq.model import GATED, GatedFeedForward, NoPositions, SinusoidalPositions
 
 __all__ = [
     "EXPORT_FILE",
@@ -178,7 +178,7 @@ def model_spec(module: Any) -> Any:
         _norm(spec.attention.layer_norm, layer.res_cross.norm)
         _feed_forward(spec.ffn, layer.ff, layer.res_ff.norm)
     _linear(decoder.projection, model.generator)
-    # Our search never outputs <pad> or <bos> (seq2seq.decoding); CTranslate2 has no such rule,
+    # Our search never outputs <pad> or <bos> (seq2seq.core.decoding); CTranslate2 has no such rule,
     # so the export carries it: a bias that rules both out (exp(-10000) is 0 in every float
     # type, and -10000 fits in float16).
     bias = torch.zeros(config.tgt_vocab_size)

@@ -1,7 +1,7 @@
 """A model directory written by seq2seq.export, translating with CTranslate2.
 
 translate's --model path: the same tokenizers, length rule and decoding defaults as the
-checkpoint it came from, with CTranslate2's search in place of seq2seq.decoding. Token ids go
+checkpoint it came from, with CTranslate2's search in place of seq2seq.core.decoding. Token ids go
 in and come out (mapped to and from CTranslate2's token strings), so tokenizing, detokenizing
 and the <unk> warnings are the PyTorch path's own.
 """
@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from seq2seq import checks
+from seq2seq.core.decoding import DecodingConfig, Search
 from seq2seq.data.tokenizer import load_tokenizer
-from seq2seq.decoding import DecodingConfig, Search
 from seq2seq.export import EXPORT_FILE, EXPORT_FORMAT, import_ctranslate2, token_strings
 
 __all__ = ["ExportedModel"]

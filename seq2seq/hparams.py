@@ -12,8 +12,8 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from seq2seq import checks
-from seq2seq.decoding import DECODING_KEYS, DecodingConfig
-from seq2seq.model import ModelConfig, Seq2SeqTransformer
+from seq2seq.core.decoding import DECODING_KEYS, DecodingConfig
+from seq2seq.core.model import ModelConfig, Seq2SeqTransformer
 from seq2seq.score import BLEU_TOKENIZERS
 
 SCHEDULES = ("inverse_sqrt", "cosine", "constant")
@@ -28,8 +28,8 @@ class TrainingConfig:
 
     They reach the module flat (model.lr, ... in configs/model/*.yaml) and are saved flat in
     checkpoints as Lightning's hyperparameters; complete_hparams() checks them and fills in
-    defaults. A new hyperparameter is a field here (checked in __post_init__) and its line in
-    the YAML.
+    defaults. A new hyperparameter is a field here (checked in __post_init__) and the same
+    default in configs/model/shared/module.yaml (tests/test_architecture.py compares them).
     """
 
     lr: float = 1e-3  # peak learning rate

@@ -127,7 +127,7 @@ def diff(path_a: str, path_b: str) -> list[str]:
 def plot_attention(path: str, text: str, out: str) -> int:
     """Decode text greedily, then draw the encoder's attention over the source and the
     decoder's while it reads its output."""
-    from seq2seq.attention import capture_attention
+    from seq2seq.core.attention import capture_attention
     from seq2seq.plots import attention_figure
 
     module = load_module(path)

@@ -25,8 +25,7 @@ from torch import Tensor
 
 from seq2seq.checkpoint import load_module
 from seq2seq.cli import ArgumentParser, run_tool
-from seq2seq.data.tokenizer import clean, text_lines
-from seq2seq.decoding import (
+from seq2seq.core.decoding import (
     DecodingConfig,
     Sampling,
     Search,
@@ -34,6 +33,7 @@ from seq2seq.decoding import (
     greedy_decode,
     sample_decode,
 )
+from seq2seq.data.tokenizer import clean, text_lines
 
 
 @dataclass
@@ -171,7 +171,7 @@ def pad(rows: list[list[int]], pad_id: int, device: torch.device) -> Tensor:
 
 
 class CheckpointModel:
-    """translate's --ckpt path: the checkpoint's model, searching with seq2seq.decoding.
+    """translate's --ckpt path: the checkpoint's model, searching with seq2seq.core.decoding.
 
     It shares ExportedModel's interface (src_vocab, tgt_vocab, max_positions, decoding,
     generate), so translate runs one way for both.

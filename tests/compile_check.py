@@ -29,7 +29,7 @@ def main(work: Path) -> None:
     from helpers import compose_train
     from torch._dynamo.utils import counters
 
-    from seq2seq.module import Seq2SeqModule
+    from seq2seq.training.module import Seq2SeqModule
     from train import train
 
     losses: list[float] = []

@@ -79,7 +79,7 @@ def clocked_budget(seconds: float, clock: dict[str, float]):
     trainer.max_time had set it (no Trainer): for driving the schedule by hand."""
     from types import SimpleNamespace
 
-    from seq2seq.callbacks import TimeBudget
+    from seq2seq.training.callbacks import TimeBudget
 
     budget = TimeBudget()
     budget._budget = seconds

@@ -1,6 +1,7 @@
-"""The architecture holds: imports run one way (no cycle, lazy imports inside functions
-included), and the model, its search and the tools that use a trained checkpoint never import
-the training shell (Lightning, Hydra, OmegaConf, torchmetrics), not even lazily.
+"""The architecture holds: the package's layers (seq2seq/core, seq2seq/data, the tools and
+the checkpoint at the top, seq2seq/training) import one way, with no cycle (lazy imports inside
+functions included); the core is plain PyTorch; the tools and the checkpoint never import the
+training shell (Lightning, Hydra, OmegaConf, torchmetrics, seq2seq.training), not even lazily.
 
 Read from the source with `ast`, so every import counts, whichever branch runs it.
 """
@@ -15,10 +16,12 @@ from helpers import ROOT, TRAINING_SHELL
 
 PACKAGE = ROOT / "seq2seq"
 SHELL = set(TRAINING_SHELL)
-# Plain PyTorch: the model and its search, and what translate, inspect, export, average and
-# score need to read a checkpoint and use it.
-CORE = ["attention", "kv_cache", "model", "decoding"]
-TOOLS = ["translate", "inspect", "export", "exported", "average", "score", "checkpoint", "hparams"]
+# What translate, inspect, export, average and score need to read a checkpoint and use it.
+TOOLS = ["translate", "inspect", "export", "exported", "average", "score", "checkpoint", "hparams",
+         "cli", "curves", "plots", "run_dir", "data.tokenizer"]  # fmt: skip
+# What the core may import from outside itself: torch and a few of Python's own modules.
+CORE_OUTSIDE = {"torch", "math", "dataclasses", "typing", "collections", "contextlib",
+                "__future__", "functools"}  # fmt: skip
 
 
 def module_name(path: Path) -> str:
@@ -91,21 +94,137 @@ def reachable(name: str) -> set[str]:
     return seen | outside
 
 
-@pytest.mark.parametrize("name", CORE + TOOLS)
+def layer(prefix: str) -> list[str]:
+    names = sorted(n for n in MODULES if n == prefix or n.startswith(prefix + "."))
+    assert names, f"no modules under {prefix}"
+    return names
+
+
+CORE = layer("seq2seq.core")
+TRAINING = layer("seq2seq.training")
+
+
+@pytest.mark.parametrize("name", [*CORE, *(f"seq2seq.{tool}" for tool in TOOLS)])
 def test_the_core_and_the_tools_never_import_the_training_shell(name: str) -> None:
-    found = reachable(f"seq2seq.{name}")
-    assert not found & SHELL, f"seq2seq.{name} may import {sorted(found & SHELL)}"
-    assert "seq2seq.module" not in found  # the LightningModule
+    found = reachable(name)
+    assert not found & SHELL, f"{name} may import {sorted(found & SHELL)}"
+    assert not found & set(TRAINING), f"{name} may import {sorted(found & set(TRAINING))}"
 
 
-def test_the_core_imports_only_torch_and_its_own() -> None:
-    for name in CORE:
-        outside = {m for m in reachable(f"seq2seq.{name}") if not m.startswith("seq2seq")}
-        assert outside <= {"torch", "math", "dataclasses", "typing", "collections", "contextlib",
-                           "__future__", "functools"}, (name, outside)  # fmt: skip
+@pytest.mark.parametrize("name", CORE)
+def test_the_core_imports_only_torch_and_itself(name: str) -> None:
+    found = reachable(name)
+    outside = {m for m in found if not m.startswith("seq2seq")}
+    assert outside <= CORE_OUTSIDE, f"{name} may import {sorted(outside - CORE_OUTSIDE)}"
+    ours = {m for m in found if m.startswith("seq2seq.")} - set(CORE) - {"seq2seq.checks"}
+    assert not ours, f"{name} may import {sorted(ours)}: the core stands on torch alone"
+
+
+def test_nothing_in_the_package_imports_the_training_shell_but_itself() -> None:
+    for name in sorted(set(MODULES) - set(TRAINING)):
+        found = GRAPH[name] & set(TRAINING)
+        assert not found, f"{name} imports {sorted(found)}: only train.py and seq2seq.training may"
 
 
 def test_the_graph_sees_lazy_imports() -> None:
     """The check above would pass vacuously if function-level imports were missed."""
     assert "seq2seq.exported" in imports("seq2seq.translate")  # imported inside a function
-    assert "lightning" in reachable("seq2seq.module")
+    assert "lightning" in reachable("seq2seq.training.module")
+
+
+# --- one source of every default ----------------------------------------------------------------
+
+MODEL_CONFIGS = ROOT / "configs" / "model"
+
+
+def dataclass_defaults() -> dict:
+    """Every module setting's default as the dataclasses hold it, shaped like the config."""
+    from dataclasses import MISSING, asdict, fields
+
+    from seq2seq.core.decoding import DecodingConfig
+    from seq2seq.core.model import ModelConfig
+    from seq2seq.hparams import TrainingConfig
+
+    data_given = {"src_vocab_size", "tgt_vocab_size", "pad_id", "bos_id", "eos_id"}
+    net = {f.name: f.default for f in fields(ModelConfig) if f.name not in data_given}
+    assert MISSING not in net.values()
+    training = {
+        k: list(v) if isinstance(v, tuple) else v for k, v in asdict(TrainingConfig()).items()
+    }
+    return {"net": net, **training, **asdict(DecodingConfig())}
+
+
+def test_the_shared_model_config_states_the_dataclasses_defaults() -> None:
+    from omegaconf import OmegaConf
+
+    stated = OmegaConf.to_container(OmegaConf.load(MODEL_CONFIGS / "shared" / "module.yaml"))
+    stated = {k: v for k, v in stated.items() if not k.startswith("_")}
+    defaults = dataclass_defaults()
+    assert set(stated["net"]) == set(defaults["net"]), "model.net keys differ from ModelConfig's"
+    assert set(stated) == set(defaults), (
+        "model keys differ from TrainingConfig's and DecodingConfig's"
+    )
+    for key, value in {
+        **defaults,
+        **{f"net.{k}": v for k, v in defaults.pop("net").items()},
+    }.items():
+        here = stated["net"][key[4:]] if key.startswith("net.") else stated[key]
+        assert here == value and type(here) is type(value), (
+            f"configs/model/shared/module.yaml says model.{key}={here!r}, the dataclass "
+            f"default is {value!r}: one of them is wrong"
+        )
+
+
+@pytest.mark.parametrize("preset", sorted(p.stem for p in MODEL_CONFIGS.glob("*.yaml")))
+def test_a_model_preset_sets_only_what_it_changes(preset: str) -> None:
+    """A preset starts from the defaults and sets a key only to another value."""
+    from omegaconf import OmegaConf
+
+    config = OmegaConf.load(MODEL_CONFIGS / f"{preset}.yaml")
+    assert list(config.defaults) == ["shared/module", "_self_"]
+    set_here = {k: v for k, v in OmegaConf.to_container(config).items() if k != "defaults"}
+    defaults = dataclass_defaults()
+    same = [f"net.{k}" for k, v in set_here.pop("net", {}).items() if defaults["net"][k] == v]
+    same += [k for k, v in set_here.items() if defaults[k] == v]
+    assert not same, f"configs/model/{preset}.yaml restates the defaults of {same}"
+
+
+# --- the run directory's layout, named once ------------------------------------------------------
+
+
+def test_the_configs_place_a_runs_files_where_run_dir_says() -> None:
+    from omegaconf import OmegaConf
+
+    from seq2seq.run_dir import RunDir
+
+    def raw(group: str, option: str) -> dict:  # interpolations left as written
+        return OmegaConf.to_container(OmegaConf.load(ROOT / "configs" / group / f"{option}.yaml"))
+
+    callbacks = raw("callbacks", "default").values()
+    dirpaths = {c["dirpath"] for c in callbacks if "dirpath" in c}
+    assert dirpaths == {f"${{paths.output_dir}}/{RunDir.CHECKPOINTS}"}
+    assert {c["filename"] for c in callbacks if c.get("monitor", "") is None} == {"last"}
+    csv = raw("logger", "csv")["csv"]
+    assert (csv["save_dir"], csv["name"]) == ("${paths.output_dir}", RunDir.CSV)
+
+
+def test_run_dir_finds_a_runs_files_in_their_order(tmp_path: Path) -> None:
+    from seq2seq.run_dir import RunDir
+
+    run = RunDir(tmp_path)
+    for version in (0, 2, 10):  # version_10 after version_2, not between 0 and 2
+        (tmp_path / "csv" / f"version_{version}").mkdir(parents=True)
+        (tmp_path / "csv" / f"version_{version}" / "metrics.csv").write_text("step\n")
+    assert [p.parent.name for p in run.metrics_files()] == ["version_0", "version_2", "version_10"]
+    assert run.overrides() == []
+    for folder in ("resume-2026-12-02_10-00-00", "resume-2026-12-01_10-00-00", ""):
+        (tmp_path / ".hydra" / folder).mkdir(parents=True, exist_ok=True)
+        (tmp_path / ".hydra" / folder / "overrides.yaml").write_text("[]\n")
+    assert [p.parent.name for p in run.overrides()] == [
+        ".hydra",
+        "resume-2026-12-01_10-00-00",
+        "resume-2026-12-02_10-00-00",
+    ]
+    assert RunDir.of_checkpoint(run.last) == run
+    assert RunDir.of_checkpoint(tmp_path / "model.ckpt") is None
+    assert run.average(3) == tmp_path / "checkpoints" / "average-last3.ckpt"

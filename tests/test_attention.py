@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import Tensor, nn
 
-from seq2seq.attention import (
+from seq2seq.core.attention import (
     CrossAttention,
     KVCache,
     MultiHeadAttention,

@@ -14,7 +14,7 @@ import torch
 from helpers import ROOT, compose_train, run_train_cli, small_data
 
 from seq2seq import translate as translate_cli
-from seq2seq.launch import root_cause
+from seq2seq.training.launch import root_cause
 from train import train
 
 SMALL = [
@@ -125,6 +125,10 @@ CONFIG_ROWS = [
     (["data.num_workers=-1"], "data.num_workers must be an integer >= 0, got -1"),
     (["data.corpus.num_symbols=1"], "data.corpus.num_symbols must be at least 2, got 1"),
     (["data.corpus.task=hueg"], "unknown data.corpus.task 'hueg'"),
+    (
+        ["data.corpus._target_=collections.OrderedDict"],
+        "data.corpus built OrderedDict, which is not a corpus (no load(data_dir) -> DatasetDict",
+    ),
     (
         ["data.tokenizer={kind:bpe}"],
         "data.tokenizer does not apply to SymbolTask, whose "
@@ -247,7 +251,7 @@ def test_translate_input_file_with_bad_bytes_names_the_file(trained, tmp_path: P
 
 def poison_loss_at(monkeypatch: pytest.MonkeyPatch, step: int) -> None:
     """From optimizer step `step` on, the loss is NaN (as after an overflow)."""
-    from seq2seq.module import Seq2SeqModule
+    from seq2seq.training.module import Seq2SeqModule
 
     original = Seq2SeqModule.model_step
 

@@ -17,7 +17,7 @@ from omegaconf import DictConfig
 from seq2seq import inspect as inspect_cli
 from seq2seq import translate as translate_cli
 from seq2seq.checkpoint import FORMAT_VERSION
-from seq2seq.decoding import beam_search
+from seq2seq.core.decoding import beam_search
 from seq2seq.plots import attention_figure
 from train import train
 

@@ -7,14 +7,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from seq2seq.decoding import (
+from seq2seq.core.decoding import (
     DecodingConfig,
     beam_search,
     filter_logits,
     greedy_decode,
     sample_decode,
 )
-from seq2seq.model import ModelConfig, Seq2SeqTransformer
+from seq2seq.core.model import ModelConfig, Seq2SeqTransformer
 
 PAD, BOS, EOS, VOCAB = 0, 1, 2, 12
 

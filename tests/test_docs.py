@@ -181,8 +181,8 @@ def test_train_commands_in_the_docs_check_out(
     command: str, cli_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """What train.py does with the command line before it trains: the run's overrides for a
-    resume, then compose and check every value (seq2seq.launch)."""
-    from seq2seq.launch import command_line_error, with_run_overrides
+    resume, then compose and check every value (seq2seq.training.launch)."""
+    from seq2seq.training.launch import command_line_error, with_run_overrides
 
     monkeypatch.chdir(tmp_path)
     args = as_plain_run(command, cli_run)

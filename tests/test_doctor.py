@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from omegaconf import DictConfig
 
-from seq2seq.doctor import Doctor, output_metrics, repeats_itself
+from seq2seq.training.doctor import Doctor, output_metrics, repeats_itself
 
 REFERENCES = [f"the cat number {i} sat on the mat ." for i in range(20)]
 ENDED = [True] * 20

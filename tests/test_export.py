@@ -26,10 +26,10 @@ from helpers import ROOT, compose_train
 from seq2seq import export as export_cli
 from seq2seq import translate as translate_cli
 from seq2seq.checkpoint import load_module
-from seq2seq.decoding import DecodingConfig, Search, beam_search, greedy_decode
+from seq2seq.core.decoding import DecodingConfig, Search, beam_search, greedy_decode
 from seq2seq.export import export, model_spec, token_strings, write_export
 from seq2seq.exported import ExportedModel
-from seq2seq.module import Seq2SeqModule
+from seq2seq.training.module import Seq2SeqModule
 from train import train
 
 BRIEF = ["trainer.max_epochs=2", "test=false", "average_last=0"]

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from seq2seq.data.vocab import Vocabulary
-from seq2seq.metrics import exact_match
+from seq2seq.training.metrics import exact_match
 
 VOCAB = Vocabulary(str(i) for i in range(10))  # <pad>=0 <bos>=1 <eos>=2 <unk>=3, symbols 4-13
 PAD, EOS = VOCAB.pad_id, VOCAB.eos_id

@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import Tensor
 
-from seq2seq.model import ModelConfig, Seq2SeqTransformer
+from seq2seq.core.model import ModelConfig, Seq2SeqTransformer
 
 PAD, BOS, EOS = 0, 1, 2
 ATOL = 1e-5

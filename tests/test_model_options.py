@@ -16,8 +16,8 @@ import torch
 import torch.nn.functional as F
 from test_model import ATOL, PAD, tiny_config, tiny_model, tokens
 
-from seq2seq.attention import CrossAttention, KVCache, MultiHeadAttention
-from seq2seq.model import (
+from seq2seq.core.attention import CrossAttention, KVCache, MultiHeadAttention
+from seq2seq.core.model import (
     FeedForward,
     GatedFeedForward,
     ModelConfig,

@@ -178,7 +178,7 @@ def test_ctrl_c_asks_to_stop_after_the_batch_and_a_second_stops_at_once(
 ) -> None:
     from types import SimpleNamespace
 
-    from seq2seq.callbacks import InterruptCheckpoint
+    from seq2seq.training.callbacks import InterruptCheckpoint
 
     callback = InterruptCheckpoint(str(tmp_path))
     trainer = SimpleNamespace(world_size=1, received_sigterm=False)
@@ -329,6 +329,45 @@ def test_a_run_made_before_the_model_options_resumes_and_refuses_one_set(
     args = [f"resume={run_copy}", "trainer.max_epochs=2", "logger=none"]
     assert run_train_cli(args, run_copy.parent, monkeypatch) == 0, capsys.readouterr().err
     assert saved_step(run_copy / "checkpoints" / "last.ckpt") == 8
+
+
+def as_written_before_the_layers(run_dir: Path) -> list[str]:
+    """last.ckpt as a run made before seq2seq/core and seq2seq/training wrote it: its config
+    names the module and the callbacks at their old paths (seq2seq.module.Seq2SeqModule)."""
+    path = run_dir / "checkpoints" / "last.ckpt"
+    checkpoint = torch.load(path, weights_only=False)
+    old = []
+
+    def rewrite(node: object) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key == "_target_" and value.startswith(("seq2seq.training.", "seq2seq.core.")):
+                    node[key] = "seq2seq." + value.split(".", 2)[2]
+                    old.append(node[key])
+                rewrite(value)
+
+    rewrite(checkpoint["run_config"])
+    torch.save(checkpoint, path)
+    return old
+
+
+def test_a_run_made_before_the_layers_resumes(run_copy: Path, monkeypatch, capsys) -> None:
+    old = as_written_before_the_layers(run_copy)
+    assert "seq2seq.module.Seq2SeqModule" in old and "seq2seq.callbacks.TimeBudget" in old
+    args = [f"resume={run_copy}", "trainer.max_epochs=2", "logger=none"]
+    assert run_train_cli(args, run_copy.parent, monkeypatch) == 0, capsys.readouterr().err
+    assert saved_step(run_copy / "checkpoints" / "last.ckpt") == 8
+
+
+def test_class_paths_from_before_the_layers_read_as_now() -> None:
+    from seq2seq.training.preflight import current_target
+
+    assert current_target("seq2seq.module.Seq2SeqModule") == (
+        "seq2seq.training.module.Seq2SeqModule"
+    )
+    assert current_target("seq2seq.model.ModelConfig") == "seq2seq.core.model.ModelConfig"
+    for unmoved in ("seq2seq.data.corpora.ParallelFiles", "lightning.pytorch.Trainer", None, 3):
+        assert current_target(unmoved) == unmoved
 
 
 def write_weights_only(run_dir: Path) -> Path:

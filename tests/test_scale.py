@@ -107,7 +107,7 @@ def test_ddp_on_two_cpu_processes_matches_one_process(tmp_path: Path, data_dir: 
 
 def record_training_steps(monkeypatch: pytest.MonkeyPatch) -> list[tuple[torch.dtype, float]]:
     """(logits dtype, loss) of every training step of the runs that follow."""
-    from seq2seq.module import Seq2SeqModule
+    from seq2seq.training.module import Seq2SeqModule
 
     seen: list[tuple[torch.dtype, float]] = []
     original = Seq2SeqModule.model_step

@@ -23,8 +23,8 @@ from helpers import (
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
-from seq2seq.metrics import exact_match
-from seq2seq.module import Seq2SeqModule
+from seq2seq.training.metrics import exact_match
+from seq2seq.training.module import Seq2SeqModule
 from train import train
 
 GROUPS = {
@@ -176,7 +176,7 @@ def test_command_line_overrides_select_task_model_and_device(
 
 
 def test_learning_rate_schedules_are_continuous_and_lazy() -> None:
-    from seq2seq.optim import lr_lambda
+    from seq2seq.training.optim import lr_lambda
 
     asked = []
 
@@ -198,8 +198,8 @@ def test_learning_rate_schedules_are_continuous_and_lazy() -> None:
 def test_module_hyperparameters_are_checked_completed_and_saved_flat() -> None:
     """Every TrainingConfig and DecodingConfig field is in hparams (a checkpoint's
     hyper_parameters), given or at its default; a bad or unknown one fails in one line."""
+    from seq2seq.core.decoding import DECODING_KEYS, DecodingConfig
     from seq2seq.data.vocab import Vocabulary
-    from seq2seq.decoding import DECODING_KEYS, DecodingConfig
     from seq2seq.hparams import TRAINING_KEYS, TrainingConfig
 
     vocab = Vocabulary(["a", "b"]).to_dict()
@@ -306,7 +306,7 @@ def test_a_briefly_trained_model_translates_numbers_from_their_source(
 
 
 def test_the_cosine_ends_at_the_step_limit_or_the_time_budget_whichever_comes_first() -> None:
-    from seq2seq.optim import lr_lambda
+    from seq2seq.training.optim import lr_lambda
 
     clock = {"progress": 0.0}
     cosine = lr_lambda("cosine", 10, lambda: float("inf"), 0.1, lambda step: clock["progress"])
@@ -365,7 +365,7 @@ def test_a_warmup_share_ends_the_warmup_by_the_clock() -> None:
     training time, rising by whichever of steps and clock is further, and the cosine starts
     from the peak there; without a budget the step count alone rules, as before."""
     from seq2seq.hparams import TrainingConfig
-    from seq2seq.optim import lr_lambda
+    from seq2seq.training.optim import lr_lambda
 
     clock = {"elapsed": 0.0}
     budget = clocked_budget(100.0, clock)  # reserve before any validation: 10 s, so 90 s
@@ -398,7 +398,7 @@ def test_a_warmup_share_ends_the_warmup_by_the_clock() -> None:
 def test_the_decay_by_the_clock_starts_where_the_warmup_ends(caplog) -> None:
     """A warmup that ends late leaves the cosine its whole range over the time left, with no
     jump, and a resume (the callback's state in the checkpoint) continues it."""
-    from seq2seq.callbacks import TimeBudget
+    from seq2seq.training.callbacks import TimeBudget
 
     clock = {"elapsed": 0.0}
 
@@ -420,3 +420,24 @@ def test_the_decay_by_the_clock_starts_where_the_warmup_ends(caplog) -> None:
     clock["elapsed"] = 90.0
     assert resumed.decay_progress(12, warmup_steps=10) == pytest.approx(1.0)
     assert TimeBudget().decay_progress(12, warmup_steps=10) is None  # no budget
+
+
+def test_the_time_budget_keeps_for_the_test_what_its_beam_costs() -> None:
+    """The reserve reckons the test from the last validation: its pairs over the pairs that
+    validation decodes, a beam of k at sqrt(k) the greedy time (measured: 1.9-2x for beam 5)."""
+    from types import SimpleNamespace
+
+    from seq2seq.training.callbacks import _test_share
+
+    def share(beam: int, limit: int | None, validation: int = 1000, test: int = 1000) -> float:
+        splits = {"validation": range(validation), "test": range(test)}
+        trainer = SimpleNamespace(datamodule=SimpleNamespace(splits=splits))
+        module = SimpleNamespace(hparams={"beam_size": beam, "val_decode_limit": limit})
+        return _test_share(trainer, module)
+
+    assert share(1, None) == 1.0
+    assert share(1, 500) == 2.0  # the test decodes all 1,000, validation its first 500
+    assert share(4, 500) == pytest.approx(4.0)  # 2 x sqrt(4)
+    assert share(5, 500) == pytest.approx(2 * 5**0.5)
+    assert share(5, None, validation=2000) == pytest.approx(0.5 * 5**0.5)
+    assert _test_share(SimpleNamespace(datamodule=None), None) == 1.0  # no splits: one more

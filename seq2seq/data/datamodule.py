@@ -21,7 +21,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 
 from seq2seq import checks
 from seq2seq.data.batching import BucketBatchSampler, EpochShuffle, InOrder
-from seq2seq.data.tokenizer import AnyTokenizer
+from seq2seq.data.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +57,7 @@ def collate(examples: list[dict[str, Any]], pad_id: int, bos_id: int, eos_id: in
 
 
 def encode_texts(
-    batch: dict[str, list[str]], src_vocab: AnyTokenizer, tgt_vocab: AnyTokenizer
+    batch: dict[str, list[str]], src_vocab: Tokenizer, tgt_vocab: Tokenizer
 ) -> dict[str, list]:
     """Token ids of a batch of pairs, and each pair's padded length (its longer side, the
     target counting its <bos> or <eos>), which length bucketing sorts by."""
@@ -80,8 +80,8 @@ class Seq2SeqDataModule(L.LightningDataModule):
         pool_batches: with bucket, how many batches' worth of examples are sorted together.
     """
 
-    src_vocab: AnyTokenizer
-    tgt_vocab: AnyTokenizer
+    src_vocab: Tokenizer
+    tgt_vocab: Tokenizer
     max_length: int  # the most tokens of a source or target, without <bos> and <eos>
 
     def __init__(
@@ -118,7 +118,7 @@ class Seq2SeqDataModule(L.LightningDataModule):
         """The text splits train, validation, test, each with "src" and "tgt" columns."""
         raise NotImplementedError
 
-    def tokenizers(self) -> tuple[AnyTokenizer, AnyTokenizer]:
+    def tokenizers(self) -> tuple[Tokenizer, Tokenizer]:
         """The source and target tokenizers, which size the model: a symbol task's are
         fixed; the others' are fitted on the training split, so asking for them reads (or
         makes, once, into the cache) the data."""

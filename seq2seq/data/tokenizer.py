@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import unicodedata
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from seq2seq import checks
 from seq2seq.data.vocab import SPECIALS, UNK, CharVocabulary, Vocabulary, strip_specials
@@ -76,10 +76,11 @@ class LearnedTokenizer:
     def fit(
         cls, kind: str, texts: Iterable[str], vocab_size: int, min_frequency: int = 1
     ) -> LearnedTokenizer:
-        from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+        from tokenizers import Tokenizer as Library
+        from tokenizers import decoders, models, pre_tokenizers, trainers
 
         if kind == "word":
-            tokenizer = Tokenizer(models.WordLevel(unk_token=UNK))
+            tokenizer = Library(models.WordLevel(unk_token=UNK))
             tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()  # \w+ and [^\w\s]+ runs
             trainer = trainers.WordLevelTrainer(
                 vocab_size=vocab_size, min_frequency=min_frequency,
@@ -88,7 +89,7 @@ class LearnedTokenizer:
         elif kind == "bpe":
             # Byte-level: every string is some sequence of the 256 byte tokens, so nothing is
             # ever unknown and decoding gives back the exact text, spaces and accents included.
-            tokenizer = Tokenizer(models.BPE())
+            tokenizer = Library(models.BPE())
             tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
             tokenizer.decoder = decoders.ByteLevel()
             trainer = trainers.BpeTrainer(
@@ -129,14 +130,28 @@ class LearnedTokenizer:
 
     @classmethod
     def from_dict(cls, state: dict[str, Any]) -> LearnedTokenizer:
-        from tokenizers import Tokenizer
+        from tokenizers import Tokenizer as Library
 
-        return cls(state["kind"], Tokenizer.from_str(state["json"]))
+        return cls(state["kind"], Library.from_str(state["json"]))
 
 
-# Any of the project's tokenizers (not the `tokenizers` library's Tokenizer, which
-# LearnedTokenizer wraps).
-AnyTokenizer = Vocabulary | LearnedTokenizer
+@runtime_checkable
+class Tokenizer(Protocol):
+    """What every tokenizer of the project is (Vocabulary, CharVocabulary, LearnedTokenizer;
+    not the `tokenizers` library's Tokenizer, which LearnedTokenizer wraps): the data module,
+    the model's sizes, decoding and the tools read nothing else."""
+
+    pad_id: int
+    bos_id: int
+    eos_id: int
+    unk_id: int
+
+    def __len__(self) -> int: ...
+    def encode(self, text: str) -> list[int]: ...
+    def encode_batch(self, texts: list[str]) -> list[list[int]]: ...
+    def decode(self, ids: Sequence[int]) -> str: ...
+    def token_label(self, i: int) -> str: ...
+    def to_dict(self) -> dict[str, Any]: ...
 
 
 def check_tokenizer_settings(kind: Any, vocab_size: Any, min_frequency: Any) -> None:
@@ -156,7 +171,7 @@ def check_tokenizer_settings(kind: Any, vocab_size: Any, min_frequency: Any) -> 
 
 def fit_tokenizer(
     kind: str, texts: Iterable[str], vocab_size: int | None = None, min_frequency: int = 1
-) -> AnyTokenizer:
+) -> Tokenizer:
     """A tokenizer of the given kind fitted on texts (the training split)."""
     check_tokenizer_settings(kind, vocab_size, min_frequency)
     if kind == "char":
@@ -164,7 +179,7 @@ def fit_tokenizer(
     return LearnedTokenizer.fit(kind, texts, vocab_size, min_frequency)
 
 
-def tokenizer_from_dict(state: dict[str, Any]) -> AnyTokenizer:
+def tokenizer_from_dict(state: dict[str, Any]) -> Tokenizer:
     """Rebuild a tokenizer from its to_dict() (as saved in checkpoints)."""
     kind = state.get("kind") if isinstance(state, dict) else None
     if kind == Vocabulary.kind:
@@ -176,9 +191,9 @@ def tokenizer_from_dict(state: dict[str, Any]) -> AnyTokenizer:
     raise ValueError(f"not a saved tokenizer: kind={kind!r}")
 
 
-def save_tokenizer(tokenizer: AnyTokenizer, path: Any) -> None:
+def save_tokenizer(tokenizer: Tokenizer, path: Any) -> None:
     path.write_text(json.dumps(tokenizer.to_dict()), encoding="utf-8")
 
 
-def load_tokenizer(path: Any) -> AnyTokenizer:
+def load_tokenizer(path: Any) -> Tokenizer:
     return tokenizer_from_dict(json.loads(path.read_text(encoding="utf-8")))

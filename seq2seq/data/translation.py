@@ -28,10 +28,10 @@ import pyarrow.compute as pc
 from datasets import DatasetDict
 
 from seq2seq import checks
-from seq2seq.data.corpora import SPLITS
+from seq2seq.data.corpora.common import SPLITS, Corpus, CorpusWithTokenizers
 from seq2seq.data.datamodule import Seq2SeqDataModule
 from seq2seq.data.tokenizer import (
-    AnyTokenizer,
+    Tokenizer,
     check_tokenizer_settings,
     fit_tokenizer,
     load_tokenizer,
@@ -131,11 +131,16 @@ def _count_unknown(batch: dict[str, list], unk_id: int) -> dict[str, list[int]]:
     return {"unknown": [ids.count(unk_id) for ids in batch["src_ids"]]}
 
 
-def _tokenizer_config(tokenizer: dict[str, Any] | None, corpus: Any) -> dict[str, Any] | None:
+def _tokenizer_config(tokenizer: dict[str, Any] | None, corpus: Corpus) -> dict[str, Any] | None:
     """data.tokenizer with its defaults filled in; None for a corpus with its own tokenizers
     (which a data.tokenizer setting would silently not change, so it is refused)."""
     name = type(corpus).__name__
-    if hasattr(corpus, "tokenizers"):
+    if not isinstance(corpus, Corpus):
+        raise ValueError(
+            f"data.corpus built {name}, which is not a corpus (no load(data_dir) -> "
+            "DatasetDict method): point data.corpus._target_ at a class of seq2seq/data/corpora"
+        )
+    if isinstance(corpus, CorpusWithTokenizers):
         if tokenizer is not None:
             raise ValueError(
                 f"data.tokenizer does not apply to {name}, whose tokenizers are fixed: "
@@ -188,7 +193,7 @@ class TranslationDataModule(Seq2SeqDataModule):
 
     def __init__(
         self,
-        corpus: Any,
+        corpus: Corpus,
         tokenizer: dict[str, Any] | None,
         max_length: int,
         batch_size: int,
@@ -315,7 +320,7 @@ class TranslationDataModule(Seq2SeqDataModule):
                 raise ValueError(f"the {split} split is empty: give data with pairs in it")
         return DatasetDict({split: text[split] for split in SPLITS})
 
-    def _fit(self, train: Any) -> tuple[AnyTokenizer, AnyTokenizer]:
+    def _fit(self, train: Any) -> tuple[Tokenizer, Tokenizer]:
         """The corpus's own tokenizers, or source and target tokenizers fitted on train (or
         read from the cache)."""
         config = self.tokenizer_config
@@ -328,7 +333,7 @@ class TranslationDataModule(Seq2SeqDataModule):
         if all(p.is_file() for p in paths):
             return load_tokenizer(paths[0]), load_tokenizer(paths[1])
 
-        def fit(*columns: str) -> AnyTokenizer:
+        def fit(*columns: str) -> Tokenizer:
             texts = (text for column in columns for text in train[column])
             return fit_tokenizer(
                 config["kind"], texts, config["vocab_size"], config["min_frequency"]

@@ -1,10 +1,11 @@
 """Where the text pairs come from: made offline from a seed, read from files, or the hub.
 
-A corpus has one method, ``load(data_dir) -> DatasetDict`` of text pairs ("src", "tgt"), with
-a "train" split and, where the corpus has them, "validation" and "test" (the data module
-splits off any that are missing). Pairs are NFC-normalised and stripped; the data module
-drops empty ones and counts them. A corpus whose tokens are known in advance (SymbolTask) also
-has ``tokenizers() -> (source, target)``; the others' are fitted on the training split.
+A corpus (the Corpus protocol) has one method, ``load(data_dir) -> DatasetDict`` of text pairs
+("src", "tgt"), with a "train" split and, where the corpus has them, "validation" and "test"
+(the data module splits off any that are missing). Pairs are NFC-normalised and stripped; the
+data module drops empty ones and counts them. A corpus whose tokens are known in advance
+(SymbolTask; the CorpusWithTokenizers protocol) also has ``tokenizers() -> (source, target)``;
+the others' are fitted on the training split.
 
     SymbolTask    copy, reverse or sort symbols: "3 9 4" -> "4 9 3" (its own fixed tokenizers)
     NumberWords   "three hundred and forty-seven" -> "dreihundertsiebenundvierzig" (num2words)
@@ -17,7 +18,13 @@ cache key covers every setting, and for files their size and modification time, 
 file is read again.
 """
 
-from seq2seq.data.corpora.common import SPLITS, check_sizes, population_split
+from seq2seq.data.corpora.common import (
+    SPLITS,
+    Corpus,
+    CorpusWithTokenizers,
+    check_sizes,
+    population_split,
+)
 from seq2seq.data.corpora.files import ParallelFiles, aligned_pairs, read_lines, table_pairs
 from seq2seq.data.corpora.generated import Dates, NumberWords, date_text, number_text
 from seq2seq.data.corpora.hub import HubCorpus
@@ -25,6 +32,8 @@ from seq2seq.data.corpora.symbols import SymbolTask
 
 __all__ = [
     "SPLITS",
+    "Corpus",
+    "CorpusWithTokenizers",
     "Dates",
     "HubCorpus",
     "NumberWords",

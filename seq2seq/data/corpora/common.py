@@ -1,19 +1,40 @@
-"""What every corpus shares: the split names, and datasets built from a generator with our
-own errors passed through (generated corpora and files are cached this way); the population
-split of the generated corpora (held-out items drawn first)."""
+"""What every corpus shares: what a corpus is (Corpus, CorpusWithTokenizers), the split names,
+datasets built from a generator with our own errors passed through (generated corpora and files
+are cached this way), and the population split of the generated corpora (held-out items drawn
+first)."""
 
 from __future__ import annotations
 
 import random
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from datasets import Dataset, DatasetDict
 
 from seq2seq import checks
 
+if TYPE_CHECKING:
+    from seq2seq.data.tokenizer import Tokenizer
+
 SPLITS = ("train", "validation", "test")
+
+
+@runtime_checkable
+class Corpus(Protocol):
+    """What data.corpus builds: text pairs by split. load() returns a DatasetDict with a
+    "train" split and, where the corpus has them, "validation" and "test", each with string
+    columns "src" and "tgt"; the data module splits off the splits that are missing."""
+
+    def load(self, data_dir: Path) -> DatasetDict: ...
+
+
+@runtime_checkable
+class CorpusWithTokenizers(Corpus, Protocol):
+    """A corpus whose tokens are fixed by what it is (the symbol tasks): the data module uses
+    its tokenizers instead of fitting any, and refuses a data.tokenizer setting."""
+
+    def tokenizers(self) -> tuple[Tokenizer, Tokenizer]: ...
 
 
 def from_generator(generator: Callable, cache_dir: Path, **gen_kwargs: Any) -> Dataset:

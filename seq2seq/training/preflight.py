@@ -20,6 +20,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from seq2seq import checks
+from seq2seq.run_dir import RunDir
 
 # What Lightning's Trainer takes as precision (lightning.fabric.connector's _PRECISION_INPUT,
 # a private name, so listed here).
@@ -49,8 +50,8 @@ def check_config(cfg: DictConfig) -> Any:
 
 def check_model_config(model: DictConfig) -> None:
     """The module's and the model's checks, on the config alone (vocabulary sizes aside)."""
+    from seq2seq.core.model import ModelConfig
     from seq2seq.hparams import complete_hparams
-    from seq2seq.model import ModelConfig
 
     given = OmegaConf.to_container(model, resolve=True)
     settings = {k: v for k, v in given.items() if not k.startswith("_")}
@@ -127,7 +128,7 @@ def checkpoint_to_resume(cfg: DictConfig) -> str | None:
     if cfg.get("resume"):
         if path:
             raise ValueError("give resume=RUN_DIR or ckpt_path=PATH, not both")
-        path = str(Path(cfg.resume) / "checkpoints" / "last.ckpt")
+        path = str(RunDir(cfg.resume).last)
     if path and not Path(path).is_file():
         raise ValueError(f"checkpoint {path} does not exist: check ckpt_path or resume")
     return path
@@ -152,7 +153,7 @@ def _net_defaults() -> dict[str, Any]:
     """ModelConfig's defaults: what a network option means in a run saved before it existed."""
     from dataclasses import MISSING, fields
 
-    from seq2seq.model import ModelConfig
+    from seq2seq.core.model import ModelConfig
 
     return {f.name: f.default for f in fields(ModelConfig) if f.default is not MISSING}
 
@@ -188,7 +189,10 @@ def check_resume(cfg: DictConfig, path: str) -> None:
     saved = run_record(checkpoint)["run_config"]
     if saved is None:
         return  # a checkpoint written before runs saved their config: the model check remains
-    recorded = checks.flatten(saved)
+    recorded = {
+        k: current_target(v) if k.endswith("_target_") else v
+        for k, v in checks.flatten(saved).items()
+    }
     given = checks.flatten(OmegaConf.to_container(cfg, resolve=False))
     # Shallow keys first: seed=1 is reported as seed, not as the data.seed it also sets.
     for key in sorted(set(recorded) | set(given), key=lambda k: (k.count("."), k)):
@@ -209,6 +213,26 @@ def check_resume(cfg: DictConfig, path: str) -> None:
         )
 
 
+# The modules that moved into the package's layers (seq2seq/core, seq2seq/training): a run
+# saved before names its classes (model._target_, callbacks' _target_) at the old paths.
+MOVED_MODULES = {
+    **{name: "core" for name in ("attention", "kv_cache", "model", "decoding")},
+    **{name: "training" for name in ("module", "optim", "metrics", "doctor", "callbacks",
+                                     "launch", "preflight", "report", "sweep")},
+}  # fmt: skip
+
+
+def current_target(target: Any) -> Any:
+    """A class's import path as the package spells it now (seq2seq.module.X, in a run saved
+    before the layers, is seq2seq.training.module.X)."""
+    if not isinstance(target, str):
+        return target
+    parts = target.split(".")
+    if len(parts) > 2 and parts[0] == "seq2seq" and parts[1] in MOVED_MODULES:
+        return ".".join(["seq2seq", MOVED_MODULES[parts[1]], *parts[1:]])
+    return target
+
+
 def _ignored_on_resume(key: str) -> bool:
     def under(prefix: str) -> bool:
         return key == prefix or key.startswith(prefix + ".")
@@ -220,7 +244,7 @@ def _ignored_on_resume(key: str) -> bool:
 
 def check_run_dir_is_new(run_dir: Path, resuming: bool) -> None:
     """A run never overwrites, or silently continues, another run's checkpoints."""
-    earlier = sorted((run_dir / "checkpoints").glob("*.ckpt"))
+    earlier = sorted(RunDir(run_dir).checkpoints.glob("*.ckpt"))
     if earlier and not resuming:
         raise ValueError(
             f"the output directory {run_dir} already holds checkpoints of a run "

@@ -19,6 +19,7 @@ import yaml
 from hydra.experimental.callback import Callback
 
 from seq2seq.curves import write_sweep_curves
+from seq2seq.run_dir import RunDir
 
 log = logging.getLogger(__name__)
 
@@ -28,10 +29,10 @@ def collect(sweep_dir: Path) -> list[dict[str, Any]]:
     rows = []
     jobs = [d for d in sweep_dir.iterdir() if d.is_dir() and d.name.isdigit()]
     for job in sorted(jobs, key=lambda d: int(d.name)):
-        overrides_file = job / ".hydra" / "overrides.yaml"
-        overrides = yaml.safe_load(overrides_file.read_text()) if overrides_file.exists() else []
+        first_start = RunDir(job).overrides()[:1]
+        overrides = yaml.safe_load(first_start[0].read_text()) if first_start else []
         row: dict[str, Any] = {"job": int(job.name), "overrides": " ".join(overrides or [])}
-        summary_file = job / "summary.json"
+        summary_file = RunDir(job).summary
         if summary_file.exists():
             summary = json.loads(summary_file.read_text())
             row["status"] = "done"

@@ -10,6 +10,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from seq2seq.run_dir import RunDir
+
 log = logging.getLogger("train")
 
 __all__ = ["report"]
@@ -19,7 +21,8 @@ def report(summary: dict[str, Any], datamodule: Any) -> None:
     """Write summary.json and print where things are and how to use them."""
     run_dir = Path(summary["run_dir"])
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    files = RunDir(run_dir)
+    files.summary.write_text(json.dumps(summary, indent=2))
     log.info("Run directory:   %s", run_dir)
     log.info("Best checkpoint: %s", summary["best_checkpoint"])
     for name, value in summary["test"].items():
@@ -31,13 +34,13 @@ def report(summary: dict[str, Any], datamodule: Any) -> None:
         log.info('Translate with:  python -m seq2seq.translate --ckpt %s "%s"', ckpt, example)
         log.info("Inspect with:    python -m seq2seq.inspect %s", ckpt)
         log.info("Export with:     python -m seq2seq.export %s --out %s", ckpt, run_dir / "ct2")
-    if (run_dir / "csv").is_dir():
+    if files.metrics_files():
         from seq2seq.curves import write_curves
 
         log.info("Curves:          %s", write_curves(run_dir))
-    hypotheses = run_dir / "test_hypotheses.txt"
+    hypotheses = files.test_hypotheses
     if hypotheses.is_file():
         log.info(
             "Re-score with:   python -m seq2seq.score %s %s", hypotheses,
-            run_dir / "test_references.txt",
+            files.test_references,
         )  # fmt: skip

@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 
 from seq2seq import checks
-from seq2seq.model import DecoderCache, Seq2SeqTransformer
+from seq2seq.core.model import DecoderCache, Seq2SeqTransformer
 
 __all__ = [
     "DECODING_KEYS",
@@ -41,7 +41,7 @@ class DecodingConfig:
 
     The module takes these as plain hyperparameters (model.max_len_a, ... in the configs, so
     checkpoints and command lines keep their shape); from_hparams gathers them. A new decoding
-    option is a field here and a line of configs/model/tiny.yaml.
+    option is a field here and its default in configs/model/shared/module.yaml.
     """
 
     max_len_a: float = 1.0  # at most a * source length + b new tokens (fairseq's rule)

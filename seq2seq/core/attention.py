@@ -1,5 +1,5 @@
 """Multi-head attention: self-attention and cross-attention (their key/value cache is
-seq2seq/kv_cache.py).
+seq2seq/core/kv_cache.py).
 
 These are the two classes of the design documents the project grew from, with their defects
 fixed and their signatures and parameter names kept, so weights saved from them load here.
@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from seq2seq import checks
-from seq2seq.kv_cache import KVCache
+from seq2seq.core.kv_cache import KVCache
 
 __all__ = [
     "CrossAttention",

@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 from torch.optim.lr_scheduler import LambdaLR
 
-from seq2seq.callbacks import TimeBudget
+from seq2seq.training.callbacks import TimeBudget
 
 log = logging.getLogger(__name__)
 

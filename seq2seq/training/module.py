@@ -21,13 +21,14 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from seq2seq.checkpoint import CheckpointError, RunState, load_checkpoint, load_weights
+from seq2seq.core.decoding import DECODING_KEYS, Decodes
 from seq2seq.curves import TIME
-from seq2seq.decoding import DECODING_KEYS, Decodes
-from seq2seq.doctor import Doctor
 from seq2seq.hparams import build_network, complete_hparams
-from seq2seq.metrics import StageMetrics, TextRow, write_test_texts
-from seq2seq.optim import adamw_with_schedule
+from seq2seq.run_dir import RunDir
 from seq2seq.score import signatures
+from seq2seq.training.doctor import Doctor
+from seq2seq.training.metrics import StageMetrics, TextRow, write_test_texts
+from seq2seq.training.optim import adamw_with_schedule
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +116,7 @@ class Seq2SeqModule(Decodes, L.LightningModule):
             self._skipped += 1
             log.warning("non-finite loss (%s) at step %d: batch skipped", loss.item(), step)
             return None
-        last = Path(self.trainer.default_root_dir) / "checkpoints" / "last.ckpt"
+        last = RunDir(self.trainer.default_root_dir).last
         kept = f"the last good checkpoint is {last}" if last.is_file() else "no checkpoint yet"
         raise NonFiniteLossError(
             f"non-finite loss ({loss.item()}) at step {step}: training stopped before that "

@@ -1,4 +1,4 @@
-"""The keys and values one attention layer keeps between decoding steps (seq2seq.attention
+"""The keys and values one attention layer keeps between decoding steps (seq2seq.core.attention
 reads and appends them; beam search reorders them)."""
 
 from __future__ import annotations

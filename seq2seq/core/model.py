@@ -3,7 +3,7 @@
 ModelConfig -> Seq2SeqTransformer (encode / decode / forward) -> Embedding (tokens and
 absolute positions) -> Encoder, Decoder (and the DecoderCache of incremental decoding) ->
 EncoderLayer, DecoderLayer -> Residual (norm + dropout + residual, written once), FeedForward or
-GatedFeedForward -> attention (seq2seq.attention, handed the RotaryPositions of rotary models).
+GatedFeedForward -> attention (seq2seq.core.attention, handed the RotaryPositions of rotary models).
 
 The options of the 2020s (RMSNorm, GELU and gated feed-forward layers, rotary positions,
 grouped-query attention, bias-free linear layers) are fields of ModelConfig, each off by
@@ -26,8 +26,8 @@ import torch
 from torch import Tensor, nn
 
 from seq2seq import checks
-from seq2seq.attention import CrossAttention, MultiHeadAttention
-from seq2seq.kv_cache import KVCache
+from seq2seq.core.attention import CrossAttention, MultiHeadAttention
+from seq2seq.core.kv_cache import KVCache
 
 __all__ = ["DecoderCache", "ModelConfig", "Seq2SeqTransformer"]
 

@@ -15,7 +15,8 @@ from pathlib import Path
 from hydra.errors import InstantiationException
 from omegaconf import OmegaConf
 
-from seq2seq.preflight import check_config, check_run_dir_is_new, checkpoint_to_resume
+from seq2seq.run_dir import RunDir
+from seq2seq.training.preflight import check_config, check_run_dir_is_new, checkpoint_to_resume
 
 __all__ = [
     "check_command_line",
@@ -32,9 +33,8 @@ def resumed_run(train: bool, resume: str | None, ckpt_path: str | None) -> Path 
         return None  # evaluating a checkpoint never writes into its run
     if resume:
         return Path(resume)
-    if ckpt_path and Path(ckpt_path).parent.name == "checkpoints":
-        return Path(ckpt_path).parent.parent
-    return None
+    run = RunDir.of_checkpoint(ckpt_path) if ckpt_path else None
+    return run.path if run is not None else None
 
 
 def override_key(override: str) -> str:
@@ -62,9 +62,7 @@ def with_run_overrides(args: list[str]) -> list[str]:
     )  # fmt: skip
     if run_dir is None:
         return args
-    saved_files = [run_dir / ".hydra" / "overrides.yaml"]
-    saved_files += sorted((run_dir / ".hydra").glob("resume-*/overrides.yaml"))
-    saved_files = [path for path in saved_files if path.is_file()]
+    saved_files = RunDir(run_dir).overrides()
     if not saved_files:
         return args  # a run made without Hydra's files: the command line is the config
     try:
@@ -88,7 +86,7 @@ OmegaConf.register_new_resolver("pid", lambda: os.getpid(), replace=True)
 # ${project_dir:}: the clone train.py runs from, wherever it is started (the corpora under
 # data/corpora ship with it; paths.root_dir is the working directory, where outputs go).
 OmegaConf.register_new_resolver(
-    "project_dir", lambda: str(Path(__file__).resolve().parents[1]), replace=True
+    "project_dir", lambda: str(Path(__file__).resolve().parents[2]), replace=True
 )
 OmegaConf.register_new_resolver(
     "run_dir", lambda train, resume, ckpt, new: str(resumed_run(train, resume, ckpt) or new)
@@ -126,7 +124,7 @@ def command_line_error(overrides: list[str], config_dir: Path) -> str | None:
     leaves nothing behind. Hydra reports overrides it cannot compose over several lines (with
     its search path); composing once up front with the same overrides gives the same verdict
     with a message we can shape. Then the config's values get the checks train(cfg) starts
-    with (seq2seq.preflight).
+    with (seq2seq.training.preflight).
     """
     import hydra.errors
     from hydra import compose, initialize_config_dir
