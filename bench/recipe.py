@@ -53,7 +53,7 @@ ROWS: dict[str, list[str]] = {
     "warmup300": ["model.warmup_steps=300"],
     "warmup1000": ["model.warmup_steps=1000"],
     "warmup3000": ["model.warmup_steps=3000"],
-    "steps-warmup": ["model.warmup_share=null"],  # the warmup in steps alone, as before
+    "warmup-share": ["model.warmup_share=0.1"],  # the warmup ends by the clock if sooner
     "seed1": ["seed=1", "data.seed=0"],  # a second seed, the same split
     "inverse_sqrt": ["model.schedule=inverse_sqrt"],  # no decay to the deadline
     "bpe4000": ["data.tokenizer.vocab_size=4000"],
