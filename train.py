@@ -55,7 +55,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     """Fit, then test the best checkpoint; returns (and writes) the run's summary.
 
     With train=false, only tests the checkpoint at ckpt_path (decoding settings such as
-    model.beam_size come from the config, everything else from the checkpoint).
+    model.decoding come from the config, everything else from the checkpoint).
     """
     import lightning as L
 
@@ -116,7 +116,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         "averaged_checkpoint": averaged,  # with average_last: the checkpoint tested
         "test": test_metrics,
         # How the BLEU and chrF here and in the metrics CSV were computed (sacreBLEU signatures).
-        "signatures": signatures(module.hparams.bleu_tokenize),
+        "signatures": signatures(module.settings.bleu_tokenize),
     }
     if trainer.is_global_zero:
         report(summary, datamodule)
@@ -154,8 +154,10 @@ def optimized_value(cfg: DictConfig, summary: dict) -> float | None:
     """What a sweeper (e.g. Optuna) optimises: the test split's value of the metric the
     checkpoints are ranked by (callbacks.model_checkpoint.monitor: val/exact_match by default,
     val/chrf for real text), so the search and the choice of checkpoint agree."""
-    monitor = OmegaConf.select(cfg, "callbacks.model_checkpoint.monitor") or "val/exact_match"
-    return summary["test"].get(monitor.replace("val/", "test/", 1))
+    from seq2seq import metric_names
+
+    monitor = OmegaConf.select(cfg, "callbacks.model_checkpoint.monitor")
+    return summary["test"].get(metric_names.on_test(monitor or metric_names.DEFAULT_MONITOR))
 
 
 def cli() -> None:

@@ -3,7 +3,7 @@ stays there, for our default recipe and for the Annotated Transformer's copy-tas
 
     python bench/copy_convergence.py                 # 3 seeds each (2 CPU cores: ~20 minutes)
     python bench/copy_convergence.py --seeds 0 --eval-every 50
-    python bench/copy_convergence.py --runs ours model.lr=1e-2   # try another recipe
+    python bench/copy_convergence.py --runs ours model.training.lr=1e-2   # try another recipe
 
 Ours: `python train.py`'s config (copy, 1-10 symbols of 10, 13,000 training sequences, the
 tiny model, 2 epochs), trained by Lightning; its 1,000 held-out test sequences are decoded
@@ -191,7 +191,9 @@ def main() -> None:
     parser.add_argument("--eval-every-baseline", type=int, default=20)
     parser.add_argument("--runs", choices=["both", "ours", "baseline"], default="both")
     parser.add_argument(
-        "overrides", nargs="*", help="Hydra overrides for ours, e.g. model.lr=1e-2 (default: none)"
+        "overrides",
+        nargs="*",
+        help="Hydra overrides for ours, e.g. model.training.lr=1e-2 (default: none)",
     )
     args = parser.parse_args()
     import logging

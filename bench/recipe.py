@@ -2,7 +2,7 @@
 time budget on the shipped Tatoeba corpus, then the decoding choices on one run's checkpoints.
 
     python bench/recipe.py train base batch256 lr2e-3        # rows by name (ROWS below)
-    python bench/recipe.py train mine:model.lr=3e-3,data.batch_size=512   # or your own
+    python bench/recipe.py train mine:model.training.lr=3e-3,data.batch_size=512   # or your own
     python bench/recipe.py train base --budget 30             # minutes of budget per run
     python bench/recipe.py decode bench/out/recipe/30min-base # greedy, beam, length penalty,
                                                              # averages of the last N checkpoints
@@ -46,21 +46,21 @@ ROWS: dict[str, list[str]] = {
     "batch64": ["data.batch_size=64"],
     "batch256": ["data.batch_size=256"],
     "batch512": ["data.batch_size=512"],
-    "lr2e-3": ["model.lr=2e-3"],
-    "lr3e-3": ["model.lr=3e-3"],
-    "batch64-lr2e-3": ["data.batch_size=64", "model.lr=2e-3"],
-    "lr5e-4": ["model.lr=5e-4"],
-    "warmup300": ["model.warmup_steps=300"],
-    "warmup1000": ["model.warmup_steps=1000"],
-    "warmup3000": ["model.warmup_steps=3000"],
-    "warmup-share": ["model.warmup_share=0.1"],  # the warmup ends by the clock if sooner
+    "lr2e-3": ["model.training.lr=2e-3"],
+    "lr3e-3": ["model.training.lr=3e-3"],
+    "batch64-lr2e-3": ["data.batch_size=64", "model.training.lr=2e-3"],
+    "lr5e-4": ["model.training.lr=5e-4"],
+    "warmup300": ["model.training.warmup_steps=300"],
+    "warmup1000": ["model.training.warmup_steps=1000"],
+    "warmup3000": ["model.training.warmup_steps=3000"],
+    "warmup-share": ["model.training.warmup_share=0.1"],  # the warmup ends by the clock if sooner
     "seed1": ["seed=1", "data.seed=0"],  # a second seed, the same split
-    "inverse_sqrt": ["model.schedule=inverse_sqrt"],  # no decay to the deadline
+    "inverse_sqrt": ["model.training.schedule=inverse_sqrt"],  # no decay to the deadline
     "bpe4000": ["data.tokenizer.vocab_size=4000"],
     "bpe16000": ["data.tokenizer.vocab_size=16000"],
     "dropout0": ["model.net.dropout=0.0"],
     "dropout0.2": ["model.net.dropout=0.2"],
-    "smoothing0": ["model.label_smoothing=0.0"],
+    "smoothing0": ["model.training.label_smoothing=0.0"],
     "tiny": ["model=tiny", "model.net.max_positions=256"],
     "wide": ["model.net.d_model=384", "model.net.d_ff=1536"],
     "deep": ["model.net.num_encoder_layers=6", "model.net.num_decoder_layers=6"],
@@ -223,24 +223,32 @@ def train_rows(
     )  # fmt: skip
 
 
+def search(beam: int, length_penalty: float | None = None) -> list[str]:
+    """The overrides of a decoding row: beam width and length penalty."""
+    given = [f"model.decoding.beam_size={beam}"]
+    if length_penalty is not None:
+        given.append(f"model.decoding.length_penalty={length_penalty}")
+    return given
+
+
 def decode_rows(run_dir: Path, reverse: bool, last: list[int], regime: str) -> None:
     """Test one run's checkpoints under each decoding setting, and averages of its last N."""
     from seq2seq.average import recent_checkpoints, write_average
 
     best = json.loads((run_dir / "summary.json").read_text())["best_checkpoint"]
     settings: list[tuple[str, str, list[str]]] = [
-        ("greedy", best, ["model.beam_size=1"]),
-        ("beam 5, length penalty 0.6", best, ["model.beam_size=5", "model.length_penalty=0.6"]),
-        ("beam 5, length penalty 1.0", best, ["model.beam_size=5", "model.length_penalty=1.0"]),
-        ("beam 5, length penalty 1.4", best, ["model.beam_size=5", "model.length_penalty=1.4"]),
-        ("beam 10, length penalty 1.0", best, ["model.beam_size=10", "model.length_penalty=1.0"]),
+        ("greedy", best, search(1)),
+        ("beam 5, length penalty 0.6", best, search(5, 0.6)),
+        ("beam 5, length penalty 1.0", best, search(5, 1.0)),
+        ("beam 5, length penalty 1.4", best, search(5, 1.4)),
+        ("beam 10, length penalty 1.0", best, search(10, 1.0)),
     ]
     for n in last:
         averaged = run_dir / "checkpoints" / f"bench-average-last{n}.ckpt"
         if not averaged.is_file():
             write_average(recent_checkpoints(run_dir, n), averaged)
         settings.append((f"average of last {n}, beam 5, lp 1.0", str(averaged),
-                         ["model.beam_size=5", "model.length_penalty=1.0"]))  # fmt: skip
+                         search(5, 1.0)))  # fmt: skip
     table = []
     for label, ckpt, overrides in settings:
         eval_dir = run_dir / "decode" / label.replace(" ", "").replace(",", "-")

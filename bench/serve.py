@@ -142,7 +142,7 @@ def quality_rows(ckpt: Path, sources: Path, references: Path, work: Path) -> lis
     ctranslate2 = import_ctranslate2()
     module = load_module(ckpt)
     refs = read_lines(references)
-    beam = str(module.hparams.beam_size)
+    beam = str(module.decoding.beam_size)
     runs = {"ours (PyTorch)": (["--ckpt", str(ckpt)], None)}
     for quantization in QUANTIZATIONS:
         directory = write_export(module, work / f"real-{quantization}", quantization)

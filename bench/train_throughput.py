@@ -116,8 +116,10 @@ def measure(size_name: str, length: int, args: argparse.Namespace) -> tuple[floa
             num_encoder_layers=size["layers"], num_decoder_layers=size["layers"],
             dropout=size["dropout"], max_positions=length + 1,
         ),
-        src_vocab=vocab, tgt_vocab=vocab, lr=1e-3, schedule="constant", warmup_steps=10,
-        label_smoothing=size["smoothing"],
+        src_vocab=vocab, tgt_vocab=vocab,
+        training=dict(
+            lr=1e-3, schedule="constant", warmup_steps=10, label_smoothing=size["smoothing"]
+        ),
     )  # fmt: skip
     baseline = Baseline(size, length + 1).to(device)
     optimizer = adamw(baseline, 1e-3, args.baseline_fused)

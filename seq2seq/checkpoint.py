@@ -6,7 +6,9 @@ tokenizers included), epoch, global_step, optimizer, scheduler, loop and callbac
 project adds (RunState.save; write_run_config, which callbacks.SaveRunConfig calls):
 
     seq2seq_format     FORMAT_VERSION; files written before it existed have none and read as
-                       format 0, which holds the same keys
+                       format 0, which holds the same keys. Format 2 groups the module's
+                       hyperparameters (net, training, decoding) where 0 and 1 had the
+                       settings flat beside net: load_checkpoint reads those grouped
     run_config         the composed run config (train.py), for inspect and a resume's checks
     metrics            the callback metrics at the save, plain floats
     metric_signatures  sacreBLEU's signatures of the BLEU and chrF among them
@@ -51,7 +53,7 @@ __all__ = [
 ]
 
 FORMAT_KEY = "seq2seq_format"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 
 
 class CheckpointError(ValueError):
@@ -96,7 +98,25 @@ def load_checkpoint(
             f"{path} is checkpoint format {version!r}; this seq2seq reads formats 0-"
             f"{FORMAT_VERSION}: use the seq2seq version that wrote it, or a newer one"
         )
+    if version < 2:
+        _group_settings(checkpoint, path)
     return checkpoint
+
+
+def _group_settings(checkpoint: dict[str, Any], path: Path) -> None:
+    """Formats 0 and 1 saved the module's settings flat (lr, beam_size, ... beside net), in
+    its hyperparameters and in the run config's model group: read them as format 2 groups."""
+    from seq2seq.hparams import grouped
+
+    try:
+        checkpoint["hyper_parameters"] = grouped(checkpoint["hyper_parameters"])
+        model = (checkpoint.get("run_config") or {}).get("model")
+        if isinstance(model, dict):
+            checkpoint["run_config"]["model"] = grouped(model)
+    except (AttributeError, TypeError, ValueError) as error:
+        raise CheckpointError(
+            f"{path} holds hyperparameters this version cannot use: {error}"
+        ) from None
 
 
 def run_record(checkpoint: dict[str, Any]) -> dict[str, Any]:
@@ -111,10 +131,11 @@ def run_record(checkpoint: dict[str, Any]) -> dict[str, Any]:
 
 
 def carry_run_record(source: dict[str, Any], target: dict[str, Any]) -> None:
-    """Copy the format and run config of source into target (an averaged checkpoint)."""
-    for key in (FORMAT_KEY, "run_config"):
-        if key in source:
-            target[key] = source[key]
+    """Copy the run config of source into target (an averaged checkpoint), which is of this
+    format: load_checkpoint read source's older format as this one."""
+    target[FORMAT_KEY] = FORMAT_VERSION
+    if "run_config" in source:
+        target["run_config"] = source["run_config"]
 
 
 def write_run_config(checkpoint: dict[str, Any], run_config: dict[str, Any]) -> None:
@@ -200,9 +221,9 @@ def trained_model(
 
     saved = checkpoint["hyper_parameters"]
     try:
-        given = {k: v for k, v in saved.items() if k not in ("net", "src_vocab", "tgt_vocab")}
+        groups = (saved.get(group) for group in ("net", "training", "decoding"))
         vocabs = {"src_vocab": saved["src_vocab"], "tgt_vocab": saved["tgt_vocab"]}
-        hparams = {**complete_hparams(saved.get("net"), given), **vocabs}
+        hparams = {**complete_hparams(*groups), **vocabs}
         src_vocab, tgt_vocab, model = build_network(hparams)
     except (KeyError, TypeError, ValueError) as error:
         raise CheckpointError(

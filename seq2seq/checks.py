@@ -1,6 +1,6 @@
 """Checks of configuration values that fail with one line naming the setting and the fix.
 
-Hydra hands values through as the YAML or the command line wrote them, so `model.lr=abc`
+Hydra hands values through as the YAML or the command line wrote them, so `model.training.lr=abc`
 arrives as the string "abc"; these turn such values into a ValueError that says which
 setting, what it got and what it needs, before any work starts.
 """

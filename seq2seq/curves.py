@@ -14,11 +14,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from seq2seq import metric_names as names
 from seq2seq.cli import written_whole
 from seq2seq.run_dir import RunDir
 
-TIME = "time/train_s"  # training time at each logged step (Seq2SeqModule.training_step)
-VALIDATION = ("val/chrf", "val/bleu", "val/exact_match")
+TIME = names.TIME  # training time at each logged step (Seq2SeqModule.training_step)
+VALIDATION = tuple(names.metric("val", m) for m in (names.CHRF, names.BLEU, names.EXACT_MATCH))
 
 
 def read_metrics(run_dir: str | Path) -> list[dict[str, float]]:
@@ -81,11 +82,11 @@ def curves_figure(runs: Mapping[str, list[dict[str, float]]], title: str = "") -
     for index, (name, rows) in enumerate(runs.items()):
         colour = colours[index % len(colours)]
         label = f"{name} " if len(runs) > 1 else ""
-        steps, losses = series(rows, "train/loss_step")
+        steps, losses = series(rows, names.TRAIN_LOSS_STEP)
         loss_ax.plot(steps, losses, color=colour, alpha=0.35, lw=0.8, label=f"{label}train")
-        steps, losses = series(rows, "val/loss")
+        steps, losses = series(rows, names.metric("val", names.LOSS))
         loss_ax.plot(steps, losses, "o-", color=colour, ms=3, label=f"{label}validation")
-        lr_ax.plot(*series(rows, "lr-AdamW/pg1"), color=colour, label=name if label else None)
+        lr_ax.plot(*series(rows, names.LR), color=colour, label=name if label else None)
         for key in VALIDATION:
             steps, values = series(rows, key)
             if not values:

@@ -114,8 +114,29 @@ def _positions(spec: Any, positions: torch.nn.Module, d_model: int) -> None:
         spec.encodings = _numpy(positions.table.weight)
 
 
+# The ModelConfig fields model_spec maps to CTranslate2's spec. A model option not listed here
+# exports only at its default: a new option is refused in one line until it is mapped.
+MAPPED = (
+    "src_vocab_size", "tgt_vocab_size", "pad_id", "bos_id", "eos_id", "d_model", "num_heads",
+    "k_dim", "v_dim", "d_ff", "num_encoder_layers", "num_decoder_layers", "max_positions",
+    "positional", "norm_first", "tie_output", "share_embeddings", "norm", "activation",
+    "num_kv_heads", "bias",
+    "dropout",  # nothing to export: dropout is off when translating
+)  # fmt: skip
+
+
 def check_exportable(config: Any) -> None:
     """Refuse, in one line naming the option, what CTranslate2's Transformer cannot run."""
+    from dataclasses import fields
+
+    for field in fields(config):
+        value = getattr(config, field.name)
+        if field.name not in MAPPED and value != field.default:
+            raise ValueError(
+                f"cannot export model.net.{field.name}={value}: the export does not map this "
+                f"option to CTranslate2 (seq2seq/export.py, MAPPED); train with its default "
+                f"{field.default!r} or translate with --ckpt"
+            )
     k_dim, v_dim = config.head_dims
     if k_dim != v_dim:
         raise ValueError(

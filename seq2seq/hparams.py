@@ -1,8 +1,9 @@
 """The module's hyperparameters, apart from Lightning: TrainingConfig (the training settings'
-defaults and checks), complete_hparams (what a checkpoint saves), and the network and
-tokenizers a checkpoint's hyperparameters describe. The LightningModule (module.py) and the
-Lightning-free checkpoint reader (checkpoint.TrainedModel, which the tools use) both build from
-here, so a checkpoint means the same to both.
+defaults and checks), complete_hparams (what a checkpoint saves, in three groups: net,
+training, decoding), grouped (the same from the flat settings of files written before the
+groups), and the network and tokenizers a checkpoint's hyperparameters describe. The
+LightningModule (module.py) and the Lightning-free checkpoint reader (checkpoint.TrainedModel,
+which the tools use) both build from here, so a checkpoint means the same to both.
 """
 
 from __future__ import annotations
@@ -26,9 +27,9 @@ class TrainingConfig:
     """The module's hyperparameters besides the model (ModelConfig) and decoding
     (DecodingConfig): each field's default, meaning and check, in one place.
 
-    They reach the module flat (model.lr, ... in configs/model/*.yaml) and are saved flat in
-    checkpoints as Lightning's hyperparameters; complete_hparams() checks them and fills in
-    defaults. A new hyperparameter is a field here (checked in __post_init__) and the same
+    They reach the module as one group (model.training.lr, ... in configs/model/*.yaml) and are
+    saved so in checkpoints as Lightning's hyperparameters; complete_hparams() checks them and
+    fills in defaults. A new hyperparameter is a field here (checked in __post_init__) and the same
     default in configs/model/shared/module.yaml (tests/test_architecture.py compares them).
     """
 
@@ -57,53 +58,106 @@ class TrainingConfig:
     on_nonfinite_loss: str = "stop"
 
     def __post_init__(self) -> None:
-        checks.number("model.lr", self.lr, low=0, low_open=True)
+        checks.number("model.training.lr", self.lr, low=0, low_open=True)
         betas = self.betas
         if not (
             isinstance(betas, (list, tuple))
             and len(betas) == 2
             and all(isinstance(b, (int, float)) and 0 <= b < 1 for b in betas)
         ):
-            raise ValueError(f"model.betas must be two numbers in [0, 1), got {list(betas)}")
-        checks.number("model.weight_decay", self.weight_decay, low=0)
-        checks.choice("model.schedule", self.schedule, SCHEDULES)
-        checks.integer("model.warmup_steps", self.warmup_steps, minimum=0)
+            raise ValueError(
+                f"model.training.betas must be two numbers in [0, 1), got {list(betas)}"
+            )
+        checks.number("model.training.weight_decay", self.weight_decay, low=0)
+        checks.choice("model.training.schedule", self.schedule, SCHEDULES)
+        checks.integer("model.training.warmup_steps", self.warmup_steps, minimum=0)
         if self.warmup_share is not None:
-            checks.number("model.warmup_share", self.warmup_share, 0, 1, True, True)
+            checks.number("model.training.warmup_share", self.warmup_share, 0, 1, True, True)
             if self.schedule != "cosine":
                 raise ValueError(
-                    f"model.warmup_share={self.warmup_share} needs model.schedule=cosine (the "
-                    f"{self.schedule} schedule follows the warmup's step count); set "
-                    "model.schedule=cosine or model.warmup_share=null"
+                    f"model.training.warmup_share={self.warmup_share} needs "
+                    f"model.training.schedule=cosine (the {self.schedule} schedule follows the "
+                    "warmup's step count); set model.training.schedule=cosine or "
+                    "model.training.warmup_share=null"
                 )
-        checks.number("model.min_lr_ratio", self.min_lr_ratio, low=0, high=1)
-        checks.number("model.label_smoothing", self.label_smoothing, 0, 1, high_open=True)
-        checks.integer("model.log_examples", self.log_examples, minimum=0)
-        checks.choice("model.compile", self.compile, (True, False))
+        checks.number("model.training.min_lr_ratio", self.min_lr_ratio, low=0, high=1)
+        checks.number("model.training.label_smoothing", self.label_smoothing, 0, 1, high_open=True)
+        checks.integer("model.training.log_examples", self.log_examples, minimum=0)
+        checks.choice("model.training.compile", self.compile, (True, False))
         if self.val_decode_limit is not None:
-            checks.integer("model.val_decode_limit", self.val_decode_limit, minimum=1)
-        checks.choice("model.bleu_tokenize", self.bleu_tokenize, BLEU_TOKENIZERS)
-        checks.choice("model.on_nonfinite_loss", self.on_nonfinite_loss, NONFINITE_LOSS)
+            checks.integer("model.training.val_decode_limit", self.val_decode_limit, minimum=1)
+        checks.choice("model.training.bleu_tokenize", self.bleu_tokenize, BLEU_TOKENIZERS)
+        checks.choice("model.training.on_nonfinite_loss", self.on_nonfinite_loss, NONFINITE_LOSS)
 
 
 TRAINING_KEYS = tuple(field.name for field in fields(TrainingConfig))
 
+# The module's settings besides the network, by group: model.training.NAME, model.decoding.NAME.
+GROUPS = {"training": TRAINING_KEYS, "decoding": DECODING_KEYS}
 
-def complete_hparams(net: Any, given: Mapping[str, Any]) -> dict[str, Any]:
-    """The module's hyperparameters as it saves them: net, then the given settings checked and
-    the rest at their defaults (TrainingConfig's and DecodingConfig's fields, flat). An unknown
-    name is refused."""
-    if not isinstance(net, dict):
-        raise ValueError(f"model.net must be a mapping of ModelConfig fields, got {net!r}")
-    unknown = sorted(set(given) - {*TRAINING_KEYS, *DECODING_KEYS})
-    if unknown:
-        raise ValueError(
-            f"model.{unknown[0]} is not a setting of the module; known: net, "
-            f"{', '.join([*TRAINING_KEYS, *DECODING_KEYS])}"
-        )
-    training = TrainingConfig(**{k: v for k, v in given.items() if k in TRAINING_KEYS})
-    decoding = DecodingConfig(**{k: v for k, v in given.items() if k in DECODING_KEYS})
-    return {"net": net, **asdict(training), **decoding.to_dict()}
+# Where each setting of the flat layout before the groups (model.lr, model.beam_size; checkpoint
+# formats 0 and 1) is now.
+MOVED_SETTINGS = {key: f"{group}.{key}" for group, keys in GROUPS.items() for key in keys}
+
+
+def complete_hparams(net: Any, training: Any = None, decoding: Any = None) -> dict[str, Any]:
+    """The module's hyperparameters as it saves them: net, and the training and decoding
+    groups checked with the rest at their defaults (TrainingConfig's, DecodingConfig's
+    fields). An unknown name is refused in one line."""
+    given = {"net": net, "training": training or {}, "decoding": decoding or {}}
+    for group, value in given.items():
+        if not isinstance(value, Mapping):
+            raise ValueError(f"model.{group} must be a mapping of settings, got {value!r}")
+    for group, keys in GROUPS.items():
+        unknown = sorted(set(given[group]) - set(keys))
+        if unknown:
+            moved = next((MOVED_SETTINGS[k] for k in unknown if k in MOVED_SETTINGS), None)
+            hint = f"it is model.{moved}" if moved else f"known: {', '.join(keys)}"
+            raise ValueError(f"model.{group}.{unknown[0]} is not a {group} setting; {hint}")
+    return {
+        "net": dict(net),
+        "training": asdict(TrainingConfig(**given["training"])),
+        "decoding": DecodingConfig(**given["decoding"]).to_dict(),
+    }
+
+
+def check_groups(settings: Mapping[str, Any]) -> None:
+    """The model config's keys are its groups: a setting of the flat layout before them
+    (model.lr) or an unknown key is refused in one line."""
+    for key in settings:
+        if key in MOVED_SETTINGS:
+            new = MOVED_SETTINGS[key]
+            raise ValueError(
+                f"model.{key} is now model.{new}: write model.{new}=... (in a YAML file, "
+                f"{key} goes under {new.split('.')[0]}:)"
+            )
+        if key not in ("net", *GROUPS):
+            raise ValueError(
+                f"model.{key} is not a setting of the module; its groups are net, "
+                f"{', '.join(GROUPS)}"
+            )
+
+
+def grouped(settings: Mapping[str, Any], where: str = "model") -> dict[str, Any]:
+    """The module's settings in groups (net, training, decoding, and any others as given):
+    the flat layout before the groups (lr=..., beam_size=... beside net; checkpoint formats 0
+    and 1, and run configs saved then) moved into theirs (other keys are kept as they are). A
+    setting given both ways is refused in one line."""
+    out: dict[str, Any] = {}
+    for key, value in settings.items():
+        if key not in MOVED_SETTINGS:
+            out[key] = value
+    for key, value in settings.items():
+        if key in MOVED_SETTINGS:
+            group = MOVED_SETTINGS[key].split(".")[0]
+            section = out.setdefault(group, {})
+            if not isinstance(section, Mapping) or key in section:
+                raise ValueError(
+                    f"{where}.{key} is set both flat and as {where}.{MOVED_SETTINGS[key]}: "
+                    f"keep {where}.{MOVED_SETTINGS[key]}"
+                )
+            out[group] = {**section, key: value}
+    return out
 
 
 def build_network(hparams: Mapping[str, Any]) -> tuple[Any, Any, Seq2SeqTransformer]:

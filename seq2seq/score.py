@@ -19,6 +19,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from seq2seq.metric_names import BLEU, CHRF
+
 BLEU_TOKENIZERS = ("13a", "char", "intl", "none")
 
 # name -> (what it is, metric, settings): the conventions results are commonly reported in.
@@ -45,7 +47,7 @@ def corpus_scores(
     """The project's BLEU and chrF of a corpus (0-1, as the other metrics), with signatures."""
     _check_pairs(hypotheses, references)
     out = {}
-    metrics = {"bleu": _metric("bleu", tokenize=bleu_tokenize), "chrf": _metric("chrf")}
+    metrics = {BLEU: _metric("bleu", tokenize=bleu_tokenize), CHRF: _metric("chrf")}
     for name, metric in metrics.items():
         score = metric.corpus_score(list(hypotheses), [list(references)])
         out[name] = {"score": score.score / 100, "signature": str(metric.get_signature())}

@@ -58,7 +58,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--input", help="a file with one input a line ('-': standard input)")
     parser.add_argument(
         "--beam", type=int, default=None,
-        help="beam width (1: greedy; default: the model's own, model.beam_size when trained)",
+        help="beam width (1: greedy; default: the model's own, its model.decoding.beam_size)",
     )  # fmt: skip
     parser.add_argument("--n-best", type=int, default=1, help="outputs per input (<= --beam)")
     parser.add_argument(

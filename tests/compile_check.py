@@ -1,6 +1,6 @@
-"""The torch.compile check of tests/test_scale.py, as a script: a run with model.compile=true
-and the same run eager, each a first training step; prints the two losses and what dynamo
-captured, as JSON on its last line.
+"""The torch.compile check of tests/test_scale.py, as a script: a run with
+model.training.compile=true and the same run eager, each a first training step; prints the two
+losses and what dynamo captured, as JSON on its last line.
 
 conftest.py starts it in the background (niced, one thread) as soon as the test is collected:
 cold, compiling the model's forward and backward with inductor takes about 45 s on 2 cores,
@@ -45,7 +45,8 @@ def main(work: Path) -> None:
     train(compose_train(work / "eager", work / "data", OVERRIDES))
     torch._dynamo.reset()
     counters.clear()
-    train(compose_train(work / "compiled", work / "data", [*OVERRIDES, "model.compile=true"]))
+    compiled = [*OVERRIDES, "model.training.compile=true"]
+    train(compose_train(work / "compiled", work / "data", compiled))
     print(json.dumps({"losses": losses, "unique_graphs": counters["stats"]["unique_graphs"]}))
 
 

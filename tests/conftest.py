@@ -83,8 +83,8 @@ def trained(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> tuple[d
         "trainer.max_epochs=6",
         # The tiny model's recipe of before the defaults were tuned for `python train.py`'s
         # 408 steps: on this smaller, repeated data 5e-3 ends at 97.8% exact match.
-        "model.lr=3e-3",
-        "model.warmup_steps=100",
+        "model.training.lr=3e-3",
+        "model.training.warmup_steps=100",
     ]
     cfg = compose_train(tmp_path, data_dir, overrides)
     return train(cfg), cfg

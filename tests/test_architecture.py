@@ -18,7 +18,7 @@ PACKAGE = ROOT / "seq2seq"
 SHELL = set(TRAINING_SHELL)
 # What translate, inspect, export, average and score need to read a checkpoint and use it.
 TOOLS = ["translate", "inspect", "export", "exported", "average", "score", "checkpoint", "hparams",
-         "cli", "curves", "plots", "run_dir", "data.tokenizer"]  # fmt: skip
+         "cli", "curves", "plots", "run_dir", "metric_names", "data.tokenizer"]  # fmt: skip
 # What the core may import from outside itself: torch and a few of Python's own modules.
 CORE_OUTSIDE = {"torch", "math", "dataclasses", "typing", "collections", "contextlib",
                 "__future__", "functools"}  # fmt: skip
@@ -138,7 +138,8 @@ MODEL_CONFIGS = ROOT / "configs" / "model"
 
 
 def dataclass_defaults() -> dict:
-    """Every module setting's default as the dataclasses hold it, shaped like the config."""
+    """Every module setting's default as the dataclasses hold it, shaped like the config:
+    {group: {name: default}} for net, training and decoding."""
     from dataclasses import MISSING, asdict, fields
 
     from seq2seq.core.decoding import DecodingConfig
@@ -151,7 +152,7 @@ def dataclass_defaults() -> dict:
     training = {
         k: list(v) if isinstance(v, tuple) else v for k, v in asdict(TrainingConfig()).items()
     }
-    return {"net": net, **training, **asdict(DecodingConfig())}
+    return {"net": net, "training": training, "decoding": asdict(DecodingConfig())}
 
 
 def test_the_shared_model_config_states_the_dataclasses_defaults() -> None:
@@ -160,19 +161,15 @@ def test_the_shared_model_config_states_the_dataclasses_defaults() -> None:
     stated = OmegaConf.to_container(OmegaConf.load(MODEL_CONFIGS / "shared" / "module.yaml"))
     stated = {k: v for k, v in stated.items() if not k.startswith("_")}
     defaults = dataclass_defaults()
-    assert set(stated["net"]) == set(defaults["net"]), "model.net keys differ from ModelConfig's"
-    assert set(stated) == set(defaults), (
-        "model keys differ from TrainingConfig's and DecodingConfig's"
-    )
-    for key, value in {
-        **defaults,
-        **{f"net.{k}": v for k, v in defaults.pop("net").items()},
-    }.items():
-        here = stated["net"][key[4:]] if key.startswith("net.") else stated[key]
-        assert here == value and type(here) is type(value), (
-            f"configs/model/shared/module.yaml says model.{key}={here!r}, the dataclass "
-            f"default is {value!r}: one of them is wrong"
-        )
+    assert set(stated) == set(defaults), "model's groups differ from net, training, decoding"
+    for group, settings in defaults.items():
+        assert set(stated[group]) == set(settings), f"model.{group} keys differ from its class's"
+        for key, value in settings.items():
+            here = stated[group][key]
+            assert here == value and type(here) is type(value), (
+                f"configs/model/shared/module.yaml says model.{group}.{key}={here!r}, the "
+                f"dataclass default is {value!r}: one of them is wrong"
+            )
 
 
 @pytest.mark.parametrize("preset", sorted(p.stem for p in MODEL_CONFIGS.glob("*.yaml")))
@@ -184,8 +181,13 @@ def test_a_model_preset_sets_only_what_it_changes(preset: str) -> None:
     assert list(config.defaults) == ["shared/module", "_self_"]
     set_here = {k: v for k, v in OmegaConf.to_container(config).items() if k != "defaults"}
     defaults = dataclass_defaults()
-    same = [f"net.{k}" for k, v in set_here.pop("net", {}).items() if defaults["net"][k] == v]
-    same += [k for k, v in set_here.items() if defaults[k] == v]
+    assert set(set_here) <= set(defaults), f"configs/model/{preset}.yaml sets {set(set_here)}"
+    same = [
+        f"{group}.{key}"
+        for group, settings in set_here.items()
+        for key, value in settings.items()
+        if defaults[group][key] == value
+    ]
     assert not same, f"configs/model/{preset}.yaml restates the defaults of {same}"
 
 
@@ -228,3 +230,33 @@ def test_run_dir_finds_a_runs_files_in_their_order(tmp_path: Path) -> None:
     assert RunDir.of_checkpoint(run.last) == run
     assert RunDir.of_checkpoint(tmp_path / "model.ckpt") is None
     assert run.average(3) == tmp_path / "checkpoints" / "average-last3.ckpt"
+
+
+# --- metric names, defined once -------------------------------------------------------------------
+
+
+def monitors(node: object) -> list[str]:
+    """Every metric a config ranks checkpoints or stops early by (monitor: NAME)."""
+    if isinstance(node, dict):
+        found = [v for k, v in node.items() if k == "monitor" and v not in (None, "step")]
+        return found + [m for value in node.values() for m in monitors(value)]
+    if isinstance(node, list):
+        return [m for value in node for m in monitors(value)]
+    return []
+
+
+def test_every_metric_a_config_ranks_by_is_one_the_module_logs() -> None:
+    from omegaconf import OmegaConf
+
+    from seq2seq import metric_names
+
+    ranked = {
+        str(path.relative_to(ROOT)): monitor
+        for path in sorted((ROOT / "configs").rglob("*.yaml"))
+        for monitor in monitors(OmegaConf.to_container(OmegaConf.load(path)))
+    }
+    assert ranked, "no config ranks checkpoints: the test reads the wrong key"
+    for path, monitor in ranked.items():
+        assert monitor in metric_names.logged("val"), f"{path} ranks by {monitor}, never logged"
+    assert metric_names.DEFAULT_MONITOR in metric_names.logged("val")
+    assert metric_names.on_test("val/chrf") == "test/chrf"

@@ -35,7 +35,11 @@ CLI_ROWS = [
         ["data.max_len=5"],
         "data.max_len is now data.corpus.max_length: write data.corpus.max_length=... instead",
     ),  # a command line from before the symbol corpus
-    (["model.lr=abc"], "model.lr must be a positive number, got 'abc'"),
+    (
+        ["model.lr=1e-3"],
+        "model.lr is now model.training.lr: write model.training.lr=... instead",
+    ),  # a command line from before the groups
+    (["model.training.lr=abc"], "model.training.lr must be a positive number, got 'abc'"),
     (["data.batch_size=0"], "data.batch_size must be a positive integer, got 0"),
     (["trainer.max_epochs=[1"], "cannot parse the override 'trainer.max_epochs=[1'"),
     (["hydra.run.dir=/dev/null/run"], "cannot write to the output directory /dev/null/run"),
@@ -78,11 +82,11 @@ def test_a_bad_command_line_in_a_subprocess_exits_1_with_one_line_and_writes_not
 ) -> None:
     """The contract end to end, in a real process; the tables below run in this one."""
     result = subprocess.run(
-        [sys.executable, str(ROOT / "train.py"), "model.lr=abc"],
+        [sys.executable, str(ROOT / "train.py"), "model.training.lr=abc"],
         cwd=tmp_path, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert result.returncode == 1, result.stderr[-2000:]
-    assert result.stderr == "error: model.lr must be a positive number, got 'abc'\n"
+    assert result.stderr == "error: model.training.lr must be a positive number, got 'abc'\n"
     assert list(tmp_path.iterdir()) == []
 
 
@@ -100,22 +104,42 @@ def test_bad_command_lines_fail_with_one_line_and_write_nothing(
 
 def test_hydra_full_error_shows_the_traceback(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("HYDRA_FULL_ERROR", "1")
-    with pytest.raises(ValueError, match=r"model\.lr must be a positive number"):
-        run_train_cli(["model.lr=abc", "logger=none"], tmp_path, monkeypatch)
+    with pytest.raises(ValueError, match=r"model\.training\.lr must be a positive number"):
+        run_train_cli(["model.training.lr=abc", "logger=none"], tmp_path, monkeypatch)
 
 
 # --- config values: checked before any training ----------------------------------------------
 
 CONFIG_ROWS = [
-    (["model.lr=-1"], "model.lr must be a positive number, got -1"),
-    (["model.warmup_steps=abc"], "model.warmup_steps must be an integer >= 0, got 'abc'"),
-    (["model.label_smoothing=1.5"], "model.label_smoothing must be a number in [0, 1), got 1.5"),
-    (["model.weight_decay=x"], "model.weight_decay must be a number in [0, inf], got 'x'"),
-    (["model.betas=[0.9]"], "model.betas must be two numbers in [0, 1), got [0.9]"),
-    (["model.schedule=linear"], "model.schedule must be one of inverse_sqrt, cosine, constant"),
-    (["model.beam_size=0"], "model.beam_size must be a positive integer, got 0"),
-    (["+model.lr_warmup=10"], "model.lr_warmup is not a setting of the module; known: net, lr,"),
-    (["model.compile=maybe"], "model.compile must be one of True, False, got 'maybe'"),
+    (["model.training.lr=-1"], "model.training.lr must be a positive number, got -1"),
+    (
+        ["model.training.warmup_steps=abc"],
+        "model.training.warmup_steps must be an integer >= 0, got 'abc'",
+    ),
+    (
+        ["model.training.label_smoothing=1.5"],
+        "model.training.label_smoothing must be a number in [0, 1), got 1.5",
+    ),
+    (
+        ["model.training.weight_decay=x"],
+        "model.training.weight_decay must be a number in [0, inf], got 'x'",
+    ),
+    (
+        ["model.training.betas=[0.9]"],
+        "model.training.betas must be two numbers in [0, 1), got [0.9]",
+    ),
+    (
+        ["model.training.schedule=linear"],
+        "model.training.schedule must be one of inverse_sqrt, cosine, constant",
+    ),
+    (["model.decoding.beam_size=0"], "model.decoding.beam_size must be a positive integer, got 0"),
+    (["+model.lr_warmup=10"], "model.lr_warmup is not a setting of the module; its groups are"),
+    (["+model.training.warm=1"], "model.training.warm is not a training setting; known: lr, betas"),
+    (["+model.beam_size=2"], "model.beam_size is now model.decoding.beam_size: write "),
+    (
+        ["model.training.compile=maybe"],
+        "model.training.compile must be one of True, False, got 'maybe'",
+    ),
     (["model.net.num_heads=0"], "num_heads must be a positive integer, got 0"),
     (["model.net.d_model=30"], "d_model must be divisible by num_heads"),
     (["model.net.dropout=high"], "dropout must be a number in [0, 1), got 'high'"),
@@ -282,7 +306,7 @@ def test_non_finite_losses_can_be_skipped_by_config(
 ) -> None:
     poison_loss_at(monkeypatch, 12)
     overrides = [*SMALL, "data.batch_size=16", "trainer.max_epochs=1"]
-    cfg = compose_train(tmp_path, data_dir, [*overrides, "model.on_nonfinite_loss=skip"])
+    cfg = compose_train(tmp_path, data_dir, [*overrides, "model.training.on_nonfinite_loss=skip"])
     summary = train(cfg)
     assert "skipped 4 batches with a non-finite loss" in caplog.text
     state = torch.load(summary["last_checkpoint"], weights_only=True)["state_dict"]

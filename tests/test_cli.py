@@ -16,7 +16,7 @@ from omegaconf import DictConfig
 
 from seq2seq import inspect as inspect_cli
 from seq2seq import translate as translate_cli
-from seq2seq.checkpoint import FORMAT_VERSION
+from seq2seq.checkpoint import FORMAT_VERSION, load_checkpoint
 from seq2seq.core.decoding import beam_search
 from seq2seq.plots import attention_figure
 from train import train
@@ -99,7 +99,7 @@ def test_translate_searches_as_the_checkpoint_says_unless_told(
     """--beam, --length-penalty and the length rule default to the checkpoint's decoding
     settings (what its test split was decoded with); --n-best widens the beam to itself."""
     checkpoint = torch.load(ckpt(trained), weights_only=True)
-    checkpoint["hyper_parameters"] |= {"beam_size": 4, "length_penalty": 0.6}
+    checkpoint["hyper_parameters"]["decoding"] |= {"beam_size": 4, "length_penalty": 0.6}
     torch.save(checkpoint, tmp_path / "beam4.ckpt")
     searched = []
 
@@ -228,13 +228,13 @@ def test_inspect_diff_names_what_differs(trained: Trained, capsys) -> None:
     assert inspect_cli.main([summary["best_checkpoint"], summary["best_checkpoint"], "--diff"]) == 0
     assert capsys.readouterr().out.strip() == "no differences"
     first = torch.load(summary["best_checkpoint"], weights_only=True)
-    first["hyper_parameters"]["lr"] = 0.5
+    first["hyper_parameters"]["training"]["lr"] = 0.5
     first["state_dict"]["model.generator.weight"] += 1.0
     changed = Path(summary["run_dir"]) / "changed.ckpt"
     torch.save(first, changed)
     assert inspect_cli.main([summary["best_checkpoint"], str(changed), "--diff"]) == 0
     out = capsys.readouterr().out
-    assert "config  hparams.lr:" in out and "-> 0.5" in out
+    assert "config  hparams.training.lr:" in out and "-> 0.5" in out
     assert "tensor  model.generator.weight: values differ" in out
 
 
@@ -274,20 +274,29 @@ def test_older_checkpoint_formats_load_and_newer_are_refused(
 ) -> None:
     checkpoint = torch.load(ckpt(trained), weights_only=True)
     assert checkpoint["seq2seq_format"] == FORMAT_VERSION  # what a run writes now
-    assert translate_cli.main(["--ckpt", ckpt(trained), "3 1 4 1 5"]) == 0
+    assert translate_cli.main(["--ckpt", ckpt(trained), "3 1 4 1 5", "--beam", "1"]) == 0
     expected = capsys.readouterr().out
     unversioned = {key: value for key, value in checkpoint.items() if key != "seq2seq_format"}
-    # As written before formats had numbers, and before the model's options of the 2020s.
+    # As written before formats had numbers, before the model's options of the 2020s, and
+    # before the settings were grouped (format 1 too): lr, beam_size, ... flat beside net.
     hparams = unversioned["hyper_parameters"]
     newer = ("norm", "activation", "num_kv_heads", "bias")
     hparams["net"] = {key: value for key, value in hparams["net"].items() if key not in newer}
+    hparams |= {**hparams.pop("training"), **hparams.pop("decoding"), "beam_size": 3}
+    model = unversioned["run_config"]["model"]
+    model |= {**model.pop("training"), **model.pop("decoding")}
     torch.save(unversioned, tmp_path / "format0.ckpt")
-    assert translate_cli.main(["--ckpt", str(tmp_path / "format0.ckpt"), "3 1 4 1 5"]) == 0
-    assert capsys.readouterr().out == expected
+    torch.save({**unversioned, "seq2seq_format": 1}, tmp_path / "format1.ckpt")
+    for old in ("format0.ckpt", "format1.ckpt"):
+        loaded = load_checkpoint(tmp_path / old)
+        assert loaded["hyper_parameters"]["decoding"]["beam_size"] == 3  # read in its group
+        assert "lr" in loaded["run_config"]["model"]["training"]
+        assert translate_cli.main(["--ckpt", str(tmp_path / old), "3 1 4 1 5", "--beam", "1"]) == 0
+        assert capsys.readouterr().out == expected
     torch.save({**checkpoint, "seq2seq_format": FORMAT_VERSION + 1}, tmp_path / "newer.ckpt")
     assert translate_cli.main(["--ckpt", str(tmp_path / "newer.ckpt"), "3 1 4 1 5"]) == 1
     err = capsys.readouterr().err
-    assert f"is checkpoint format {FORMAT_VERSION + 1}; this seq2seq reads formats 0-1" in err
+    assert f"is checkpoint format {FORMAT_VERSION + 1}; this seq2seq reads formats 0-2" in err
     assert len(err.strip().splitlines()) == 1
 
 
@@ -317,7 +326,7 @@ def test_train_false_evaluates_a_checkpoint(
     for beam in (1, 3):
         overrides = ["train=false", f"ckpt_path={summary['best_checkpoint']}", *data]
         evaluation = train(
-            compose_train(tmp_path, data_dir, [*overrides, f"model.beam_size={beam}"])
+            compose_train(tmp_path, data_dir, [*overrides, f"model.decoding.beam_size={beam}"])
         )
         exact = evaluation["test"]["test/exact_match"]
         if beam == 1:

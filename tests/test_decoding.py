@@ -217,6 +217,7 @@ def test_decoding_config_length_rule_and_checks() -> None:
     assert decoding.max_len(20, max_positions=256) == 34  # a * S + b
     assert decoding.max_len(300, max_positions=256) == 256  # never past the positions
     assert DecodingConfig(max_len_a=0.0, max_len_b=0).max_len(5, 256) == 1  # at least one
-    assert DecodingConfig.from_hparams({**decoding.to_dict(), "lr": 1.0}) == decoding
-    with pytest.raises(ValueError, match=r"model\.beam_size must be a positive integer, got 0"):
+    hparams = {"decoding": decoding.to_dict(), "training": {"lr": 1.0}}  # a checkpoint's groups
+    assert DecodingConfig.from_hparams(hparams) == decoding
+    with pytest.raises(ValueError, match=r"model\.decoding\.beam_size must be a positive int"):
         DecodingConfig(beam_size=0)

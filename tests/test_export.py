@@ -377,6 +377,20 @@ def test_export_refuses_what_ctranslate2_cannot_run(tmp_path, capsys) -> None:
     assert not (tmp_path / "out").exists()  # nothing written
 
 
+def test_a_model_option_the_export_does_not_map_is_refused(tmp_path, capsys, monkeypatch):
+    """A new ModelConfig field is safe before export.py knows it: away from its default it is
+    refused in one line, at its default the model exports as before."""
+    unmapped = tuple(name for name in export_cli.MAPPED if name != "activation")
+    monkeypatch.setattr(export_cli, "MAPPED", unmapped)  # as if activation were a new option
+    ckpt = untrained_checkpoint(tmp_path / "gelu.ckpt", activation="gelu")
+    assert export_cli.main([ckpt, "--out", str(tmp_path / "out")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: cannot export model.net.activation=gelu: the export does not ")
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "out").exists()
+    plain = untrained_checkpoint(tmp_path / "relu.ckpt")
+    assert export_cli.main([plain, "--out", str(tmp_path / "plain")]) == 0
+
+
 def test_export_never_overwrites_a_directory_that_holds_files(checkpoints, tmp_path, capsys):
     out = tmp_path / "taken"
     out.mkdir()

@@ -278,8 +278,11 @@ CHANGES = [
     ("seed=12345", "seed=12345 differs from the run being resumed (seed=0 in"),
     ("data=copy", "data.corpus.task=copy differs from the run being resumed"),
     ("model.net.d_model=32", "model.net.d_model=32 differs"),
-    ("model.lr=1e-4", "model.lr=0.0001 differs from the run being resumed (model.lr=0.003"),
-    ("model.schedule=constant", "model.schedule=constant differs"),
+    (
+        "model.training.lr=1e-4",
+        "model.training.lr=0.0001 differs from the run being resumed (model.training.lr=0.003",
+    ),
+    ("model.training.schedule=constant", "model.training.schedule=constant differs"),
     ("data.batch_size=16", "data.batch_size=16 differs"),
     ("trainer.precision=bf16-mixed", "trainer.precision=bf16-mixed differs"),
 ]
@@ -333,9 +336,19 @@ def test_a_run_made_before_the_model_options_resumes_and_refuses_one_set(
 
 def as_written_before_the_layers(run_dir: Path) -> list[str]:
     """last.ckpt as a run made before seq2seq/core and seq2seq/training wrote it: its config
-    names the module and the callbacks at their old paths (seq2seq.module.Seq2SeqModule)."""
+    names the module and the callbacks at their old paths (seq2seq.module.Seq2SeqModule), and
+    (format 1) its hyperparameters, its run config and its command line hold the module's
+    settings flat (model.lr, not model.training.lr)."""
+    import yaml
+
     path = run_dir / "checkpoints" / "last.ckpt"
     checkpoint = torch.load(path, weights_only=False)
+    checkpoint["seq2seq_format"] = 1
+    for settings in (checkpoint["hyper_parameters"], checkpoint["run_config"]["model"]):
+        settings |= {**settings.pop("training"), **settings.pop("decoding")}
+    overrides = run_dir / ".hydra" / "overrides.yaml"
+    given = yaml.safe_load(overrides.read_text())
+    overrides.write_text(yaml.safe_dump([*given, "model.lr=3e-3", "model.max_len_b=5"]))
     old = []
 
     def rewrite(node: object) -> None:

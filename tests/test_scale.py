@@ -137,8 +137,8 @@ def test_bf16_mixed_precision_runs_the_forward_in_bf16_on_the_cpu(
 
 @pytest.mark.slow
 def test_compiled_model_trains_on_the_cpu(compile_check: dict) -> None:
-    """model.compile=true compiles the model (dynamo captures its graphs, inductor generates
-    and compiles the forward's and backward's kernels) and changes no result: the first
+    """model.training.compile=true compiles the model (dynamo captures its graphs, inductor
+    generates and compiles the forward's and backward's kernels) and changes no result: the first
     training step's loss equals the eager model's. Run by tests/compile_check.py in a process
     of its own, started when the suite starts (conftest.py), as it takes ~45 s cold."""
     assert compile_check["unique_graphs"] >= 1, compile_check
@@ -153,7 +153,7 @@ def test_optuna_search_runs_trials_and_reports_the_best(
     args = ["-m", "hparams_search=optuna", "hydra.sweeper.n_trials=2", "debug=fdr", *SMALL]
     assert run_train_cli([*args, f"paths.data_dir={data_dir}"], tmp_path, monkeypatch) == 0
     output = "".join(capfd.readouterr())
-    assert "Best parameters: {'model.lr':" in output
+    assert "Best parameters: {'model.training.lr':" in output
     (sweep_dir,) = (tmp_path / "outputs" / "train" / "multiruns").iterdir()
     assert (sweep_dir / "optimization_results.yaml").exists()
     assert len((sweep_dir / "sweep_summary.csv").read_text().splitlines()) == 3

@@ -47,8 +47,8 @@ def test_tatoeba_en_fr_trains_from_the_clone_and_prints_bleu_and_chrf(
     """The README's real-text command, briefly: a few steps, one validation, a small test."""
     brief = [
         "trainer.max_steps=6", "trainer.val_check_interval=6", "trainer.limit_val_batches=1",
-        "trainer.limit_test_batches=1", "data.max_tokens=400", "model.val_decode_limit=16",
-        "model.warmup_steps=3", "logger=none",
+        "trainer.limit_test_batches=1", "data.max_tokens=400", "model.training.val_decode_limit=16",
+        "model.training.warmup_steps=3", "logger=none",
     ]  # fmt: skip
     assert run_train_cli(["experiment=tatoeba_en_fr", *brief], tmp_path, monkeypatch) == 0
     printed = "".join(capfd.readouterr())

@@ -23,6 +23,7 @@ from helpers import (
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
+from seq2seq import metric_names
 from seq2seq.training.metrics import exact_match
 from seq2seq.training.module import Seq2SeqModule
 from train import train
@@ -88,6 +89,7 @@ def test_fast_dev_run_for_every_task_and_size(
     summary = train(compose_train(tmp_path, data_dir, overrides))
     metrics = {"loss", "token_acc", "exact_match", "bleu", "chrf", "cer"}
     assert set(summary["test"]) == {f"test/{name}" for name in metrics}
+    assert set(metric_names.logged("test")) == set(summary["test"])  # the names defined once
     assert all(0 <= v < float("inf") for v in summary["test"].values())
 
 
@@ -135,7 +137,8 @@ def test_each_validation_decodes_its_first_val_decode_limit_examples(
 
     summary, cfg = trained
     module = Seq2SeqModule.load_from_checkpoint(summary["best_checkpoint"])
-    module.hparams.val_decode_limit = 40  # batches of 64: the first batch alone is decoded
+    # Batches of 64: the first batch alone is decoded.
+    module.hparams["training"]["val_decode_limit"] = 40
     decoded: list[int] = []
     generate = module.generate
     monkeypatch.setattr(
@@ -155,8 +158,8 @@ def test_learning_rate_warms_up_then_decays(trained: tuple[dict, DictConfig]) ->
         lrs = [float(r["lr-AdamW/pg1"]) for r in csv.DictReader(f) if r.get("lr-AdamW/pg1")]
     peak = max(lrs)
     # Logged every 25 steps: the first value is 25/100 of the way through the warmup.
-    assert lrs[0] == pytest.approx(cfg.model.lr * 25 / cfg.model.warmup_steps)
-    assert peak == pytest.approx(cfg.model.lr, rel=0.05)
+    assert lrs[0] == pytest.approx(cfg.model.training.lr * 25 / cfg.model.training.warmup_steps)
+    assert peak == pytest.approx(cfg.model.training.lr, rel=0.05)
     assert lrs[-1] < peak / 10  # cosine decays towards min_lr_ratio * lr
 
 
@@ -195,32 +198,58 @@ def test_learning_rate_schedules_are_continuous_and_lazy() -> None:
     assert lr_lambda("cosine", 0, total, 0.0)(0) == 1.0
 
 
-def test_module_hyperparameters_are_checked_completed_and_saved_flat() -> None:
-    """Every TrainingConfig and DecodingConfig field is in hparams (a checkpoint's
-    hyper_parameters), given or at its default; a bad or unknown one fails in one line."""
+def test_module_hyperparameters_are_checked_completed_and_saved_in_groups() -> None:
+    """Every TrainingConfig and DecodingConfig field is in its group of hparams (a
+    checkpoint's hyper_parameters), given or at its default; a bad or unknown one, or a
+    setting of the flat layout before the groups, fails in one line."""
     from seq2seq.core.decoding import DECODING_KEYS, DecodingConfig
     from seq2seq.data.vocab import Vocabulary
     from seq2seq.hparams import TRAINING_KEYS, TrainingConfig
 
     vocab = Vocabulary(["a", "b"]).to_dict()
     net = {"d_model": 16, "num_heads": 2, "d_ff": 32}
-    module = Seq2SeqModule(net, vocab, vocab, lr=1e-2, beam_size=3)
-    names = {"net", "src_vocab", "tgt_vocab", *TRAINING_KEYS, *DECODING_KEYS}
-    assert set(module.hparams) == names
-    assert (module.hparams.lr, module.decoding.beam_size) == (1e-2, 3)
-    assert module.hparams.warmup_steps == TrainingConfig().warmup_steps
-    assert module.hparams.max_len_b == DecodingConfig().max_len_b
+    module = Seq2SeqModule(net, vocab, vocab, training={"lr": 1e-2}, decoding={"beam_size": 3})
+    assert set(module.hparams) == {"net", "training", "decoding", "src_vocab", "tgt_vocab"}
+    assert set(module.hparams.training) == set(TRAINING_KEYS)
+    assert set(module.hparams.decoding) == set(DECODING_KEYS)
+    assert (module.settings.lr, module.decoding.beam_size) == (1e-2, 3)
+    assert module.settings.warmup_steps == TrainingConfig().warmup_steps
+    assert module.decoding.max_len_b == DecodingConfig().max_len_b
     again = Seq2SeqModule(**module.hparams)  # what loading a checkpoint does
     assert dict(again.hparams) == dict(module.hparams)
     for given, message in [
-        ({"lr": 0}, "model.lr must be a positive number, got 0"),
-        ({"beam_size": 0}, "model.beam_size must be a positive integer, got 0"),
-        ({"warmup": 10}, "model.warmup is not a setting of the module; known: net, lr, betas"),
+        ({"training": {"lr": 0}}, "model.training.lr must be a positive number, got 0"),
+        (
+            {"decoding": {"beam_size": 0}},
+            "model.decoding.beam_size must be a positive integer, got 0",
+        ),
+        (
+            {"training": {"warmup": 10}},
+            "model.training.warmup is not a training setting; known: lr, betas",
+        ),
+        (
+            {"decoding": {"lr": 1e-3}},
+            "model.decoding.lr is not a decoding setting; it is model.training.lr",
+        ),
     ]:
         with pytest.raises(ValueError, match=f"^{re.escape(message)}"):
             Seq2SeqModule(net, vocab, vocab, **given)
-    with pytest.raises(ValueError, match=r"^model\.net must be a mapping of ModelConfig fields"):
+    with pytest.raises(ValueError, match=r"^model\.net must be a mapping of settings"):
         Seq2SeqModule([16], vocab, vocab)
+
+
+def test_the_flat_settings_of_older_files_read_in_their_groups() -> None:
+    """Checkpoint formats 0 and 1 (and their run configs) held lr, beam_size, ... beside net."""
+    from seq2seq.hparams import grouped
+
+    flat = {"net": {"d_model": 16}, "lr": 0.1, "beam_size": 4, "src_vocab": [], "_target_": "M"}
+    assert grouped(flat) == {
+        "net": {"d_model": 16}, "src_vocab": [], "_target_": "M",
+        "training": {"lr": 0.1}, "decoding": {"beam_size": 4},
+    }  # fmt: skip
+    assert grouped(grouped(flat)) == grouped(flat)  # files already grouped stay as they are
+    with pytest.raises(ValueError, match=r"^model\.lr is set both flat and as model\.training\.lr"):
+        grouped({"lr": 0.1, "training": {"lr": 0.2}})
 
 
 def test_optimizer_steps_exactly_like_torchs_plain_adamw() -> None:
@@ -232,7 +261,8 @@ def test_optimizer_steps_exactly_like_torchs_plain_adamw() -> None:
     vocab = Vocabulary([str(i) for i in range(10)]).to_dict()
     net = {"d_model": 32, "num_heads": 4, "d_ff": 64, "num_encoder_layers": 1,
            "num_decoder_layers": 1}  # fmt: skip
-    module = Seq2SeqModule(net, vocab, vocab, lr=1e-2, weight_decay=0.1, warmup_steps=0)
+    training = {"lr": 1e-2, "weight_decay": 0.1, "warmup_steps": 0}
+    module = Seq2SeqModule(net, vocab, vocab, training=training)
     fused = module.configure_optimizers()["optimizer"]
     assert all(group["fused"] for group in fused.param_groups)
     params = list(module.parameters())
@@ -272,8 +302,8 @@ def test_a_briefly_trained_model_translates_numbers_from_their_source(
         "model.net.d_ff=256",
         "model.net.num_encoder_layers=2",
         "model.net.num_decoder_layers=2",
-        "model.lr=3e-3",
-        "model.warmup_steps=50",
+        "model.training.lr=3e-3",
+        "model.training.warmup_steps=50",
         "trainer.max_epochs=6",  # 282 steps, ~15 s: about 93% exact match (3 epochs: 0%)
         "data.batch_size=64",
         "logger=none",
@@ -330,8 +360,9 @@ def test_a_time_budget_ends_the_schedule_and_leaves_time_to_validate_and_test(
     overrides = [
         "data.corpus.train_size=2000", "data.corpus.val_size=200", "data.corpus.test_size=200",
         f"trainer.max_time=00:00:00:{budget:02d}", "trainer.max_epochs=-1",
-        "trainer.log_every_n_steps=1", "model.schedule=cosine", "model.min_lr_ratio=0.1",
-        "model.warmup_steps=100000", f"model.warmup_share={share}",
+        "trainer.log_every_n_steps=1", "model.training.schedule=cosine",
+        "model.training.min_lr_ratio=0.1", "model.training.warmup_steps=100000",
+        f"model.training.warmup_share={share}",
     ]  # fmt: skip
     cfg = compose_train(tmp_path, data_dir, overrides)
     with caplog.at_level("INFO"):
@@ -344,14 +375,14 @@ def test_a_time_budget_ends_the_schedule_and_leaves_time_to_validate_and_test(
         rows = list(csv.DictReader(f))
     lrs = [float(r["lr-AdamW/pg1"]) for r in rows if r.get("lr-AdamW/pg1")]
     peak = lrs.index(max(lrs))
-    assert max(lrs) == pytest.approx(cfg.model.lr)  # the warmup ended at the full rate
+    assert max(lrs) == pytest.approx(cfg.model.training.lr)  # the warmup ended at the full rate
     # It ended by the clock, at the share of the training time (the first validation and the
     # start-up slow the first steps, hence the margin), far before its 100,000 steps ...
     assert 0 < peak <= (share + 0.15) * len(lrs)
     assert all(b >= a - 1e-12 for a, b in itertools.pairwise(lrs[: peak + 1]))
     # ... and the cosine then fell over the rest of the run, to its end at the stop.
     assert all(b <= a + 1e-12 for a, b in itertools.pairwise(lrs[peak:]))
-    assert lrs[-1] == pytest.approx(cfg.model.lr * 0.1, rel=0.01)
+    assert lrs[-1] == pytest.approx(cfg.model.training.lr * 0.1, rel=0.01)
     last_step = max(int(r["step"]) for r in rows if r.get("train/loss_step"))
     final = torch.load(summary["last_checkpoint"], weights_only=True)["global_step"]
     assert final == last_step + 1  # saved after the last step
@@ -361,7 +392,7 @@ def test_a_time_budget_ends_the_schedule_and_leaves_time_to_validate_and_test(
 
 
 def test_a_warmup_share_ends_the_warmup_by_the_clock() -> None:
-    """model.warmup_share: with a time budget the warmup also ends at that share of the
+    """model.training.warmup_share: with a time budget the warmup also ends at that share of the
     training time, rising by whichever of steps and clock is further, and the cosine starts
     from the peak there; without a budget the step count alone rules, as before."""
     from seq2seq.hparams import TrainingConfig
@@ -389,9 +420,10 @@ def test_a_warmup_share_ends_the_warmup_by_the_clock() -> None:
     assert factor(120) == pytest.approx(0.0, abs=1e-12)
     plain = lr_lambda("cosine", steps, lambda: float("inf"), 0.0)  # no budget: steps rule
     assert plain(5) == pytest.approx(6 / steps)
-    with pytest.raises(ValueError, match=r"model\.warmup_share=0\.1 needs model\.schedule=cosine"):
+    needs = r"model\.training\.warmup_share=0\.1 needs model\.training\.schedule=cosine"
+    with pytest.raises(ValueError, match=needs):
         TrainingConfig(warmup_share=0.1)  # the default schedule: inverse_sqrt
-    with pytest.raises(ValueError, match=r"model\.warmup_share must be"):
+    with pytest.raises(ValueError, match=r"model\.training\.warmup_share must be"):
         TrainingConfig(schedule="cosine", warmup_share=1.5)
 
 
@@ -413,7 +445,7 @@ def test_the_decay_by_the_clock_starts_where_the_warmup_ends(caplog) -> None:
     clock["elapsed"] = 54.0  # the warmup ends at 60% of the 90 s
     with caplog.at_level("WARNING"):
         assert budget.decay_progress(10, warmup_steps=10) == 0.0
-    assert "the warmup (model.warmup_steps=10) took 60% of the time budget" in caplog.text
+    assert "the warmup (model.training.warmup_steps=10) took 60% of the time budget" in caplog.text
     clock["elapsed"] = 72.0
     assert budget.decay_progress(11, warmup_steps=10) == pytest.approx(0.5)
     resumed = budget_at(budget.state_dict())
@@ -432,7 +464,8 @@ def test_the_time_budget_keeps_for_the_test_what_its_beam_costs() -> None:
     def share(beam: int, limit: int | None, validation: int = 1000, test: int = 1000) -> float:
         splits = {"validation": range(validation), "test": range(test)}
         trainer = SimpleNamespace(datamodule=SimpleNamespace(splits=splits))
-        module = SimpleNamespace(hparams={"beam_size": beam, "val_decode_limit": limit})
+        hparams = {"decoding": {"beam_size": beam}, "training": {"val_decode_limit": limit}}
+        module = SimpleNamespace(hparams=hparams)
         return _test_share(trainer, module)
 
     assert share(1, None) == 1.0

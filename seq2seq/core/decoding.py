@@ -39,9 +39,9 @@ __all__ = [
 class DecodingConfig:
     """How outputs are searched for: what the module's evaluation, translate and an export read.
 
-    The module takes these as plain hyperparameters (model.max_len_a, ... in the configs, so
-    checkpoints and command lines keep their shape); from_hparams gathers them. A new decoding
-    option is a field here and its default in configs/model/shared/module.yaml.
+    The module takes these as one group of plain hyperparameters (model.decoding.max_len_a, ...
+    in the configs, hparams["decoding"] in a checkpoint); from_hparams reads them. A new
+    decoding option is a field here and its default in configs/model/shared/module.yaml.
     """
 
     max_len_a: float = 1.0  # at most a * source length + b new tokens (fairseq's rule)
@@ -50,14 +50,14 @@ class DecodingConfig:
     length_penalty: float = 1.0  # beam search ranks by log-probability / length ** this
 
     def __post_init__(self) -> None:
-        checks.number("model.max_len_a", self.max_len_a, low=0)
-        checks.integer("model.max_len_b", self.max_len_b, minimum=0)
-        checks.integer("model.beam_size", self.beam_size, minimum=1)
-        checks.number("model.length_penalty", self.length_penalty)
+        checks.number("model.decoding.max_len_a", self.max_len_a, low=0)
+        checks.integer("model.decoding.max_len_b", self.max_len_b, minimum=0)
+        checks.integer("model.decoding.beam_size", self.beam_size, minimum=1)
+        checks.number("model.decoding.length_penalty", self.length_penalty)
 
     @classmethod
     def from_hparams(cls, hparams: Mapping[str, Any]) -> DecodingConfig:
-        return cls(**{name: hparams[name] for name in DECODING_KEYS})
+        return cls(**hparams["decoding"])
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -115,8 +115,8 @@ def generate(
 
 class Decodes:
     """Decoding for what holds a trained network (`model`) and the hyperparameters it was
-    saved with (`hparams`, DecodingConfig's fields among them): the LightningModule and the
-    Lightning-free checkpoint.TrainedModel decode alike."""
+    saved with (`hparams`, DecodingConfig's fields its "decoding" group): the LightningModule
+    and the Lightning-free checkpoint.TrainedModel decode alike."""
 
     model: Seq2SeqTransformer
     hparams: Mapping[str, Any]

@@ -201,9 +201,9 @@ class TimeBudget(Callback):
             self._warmup_end = progress
             if progress > 0.5:
                 log.warning(
-                    "the warmup (model.warmup_steps=%d) took %.0f%% of the time budget, leaving "
-                    "the rest for the decay: lower model.warmup_steps for this budget, or set "
-                    "model.warmup_share",
+                    "the warmup (model.training.warmup_steps=%d) took %.0f%% of the time "
+                    "budget, leaving the rest for the decay: lower model.training.warmup_steps "
+                    "for this budget, or set model.training.warmup_share",
                     warmup_steps, 100 * progress,
                 )  # fmt: skip
         if self._warmup_end >= 1.0:
@@ -233,7 +233,8 @@ class TimeBudget(Callback):
         self._pace_logged = True
         usable = max(self._budget - self.reserve(), 0.0)
         total = int(steps / elapsed * usable)
-        warmup, share = hparams["warmup_steps"], hparams.get("warmup_share")
+        training = hparams["training"]
+        warmup, share = training["warmup_steps"], training["warmup_share"]
         ends = min(warmup, int(share * total)) if share is not None else warmup
         log.info(
             "Time budget: %.3f s a training step so far, so about %d steps in the %.0f s of "
@@ -281,11 +282,11 @@ def _test_share(trainer: Any, pl_module: Any) -> float:
     splits = getattr(trainer.datamodule, "splits", None)
     if not splits:
         return 1.0
-    limit = pl_module.hparams.get("val_decode_limit")
+    limit = pl_module.hparams["training"]["val_decode_limit"]
     decoded_in_validation = len(splits["validation"])
     if limit is not None:
         decoded_in_validation = min(decoded_in_validation, limit)
-    beam = max(1, pl_module.hparams.get("beam_size", 1))
+    beam = max(1, pl_module.hparams["decoding"]["beam_size"])
     return len(splits["test"]) / max(decoded_in_validation, 1) * beam**0.5
 
 

@@ -90,14 +90,14 @@ class Doctor:
         if metrics["no_eos_rate"] > NO_EOS:
             warnings.append(
                 f"{metrics['no_eos_rate']:.0%} of the outputs never end (cut at the length "
-                "limit, model.max_len_a/b): they loop or babble"
+                "limit, model.decoding.max_len_a/b): they loop or babble"
             )
         low, high = LENGTH
         if not low <= metrics["len_ratio"] <= high:
             side = "shorter" if metrics["len_ratio"] < low else "longer"
             warnings.append(
                 f"the outputs are {metrics['len_ratio']:.2f}x the references' length ({side}); "
-                "BLEU's brevity penalty and chrF suffer; model.length_penalty moves beam "
+                "BLEU's brevity penalty and chrF suffer; model.decoding.length_penalty moves beam "
                 "search's outputs"
             )
         fallen = len(self.losses) >= 3 and self.losses[-1] < (1 - FALLEN) * self.losses[0]

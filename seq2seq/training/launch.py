@@ -71,12 +71,30 @@ def with_run_overrides(args: list[str]) -> list[str]:
         return args  # preflight compares the config with the checkpoint's all the same
     mine = {override_key(arg) for arg in args}
     kept = [
-        override
+        moved_override(override)
         for override in saved
         if isinstance(override, str)
         and override_key(override) not in {"resume", "ckpt_path", "train", *mine}
     ]
     return [*kept, *args]
+
+
+def moved_settings() -> dict[str, str]:
+    """Every setting that moved, old key -> new key (the module's flat settings moved into
+    model.training and model.decoding)."""
+    from seq2seq.hparams import MOVED_SETTINGS  # here, not at the top: train.py starts fast
+
+    return {**MOVED, **{f"model.{old}": f"model.{new}" for old, new in MOVED_SETTINGS.items()}}
+
+
+def moved_override(override: str) -> str:
+    """A saved override at the key its setting has now ("model.lr=1" -> "model.training.lr=1")."""
+    key = override_key(override)
+    new = moved_settings().get(key)
+    if new is None:
+        return override
+    start = override.index(key)
+    return override[:start] + new + override[start + len(key) :]
 
 
 # Used by configs/hydra/default.yaml. ${pid:} in run directory names: two runs started in the
@@ -101,6 +119,7 @@ OmegaConf.register_new_resolver(
 
 # Settings that moved, for command lines written before: the symbol tasks (copy, reverse,
 # sort) had their own data module with flat settings; they are a corpus like the others now.
+# (The module's flat settings, model.lr and the like, are in moved_settings.)
 MOVED = {
     "data.task": "data.corpus.task",
     "data.num_symbols": "data.corpus.num_symbols",
@@ -156,8 +175,9 @@ def command_line_error(overrides: list[str], config_dir: Path) -> str | None:
         message = str(error)
         if message.startswith("Could not override '"):
             key = message.split("'")[1]
-            if key in MOVED:
-                return f"{key} is now {MOVED[key]}: write {MOVED[key]}=... instead"
+            moved = moved_settings()
+            if key in moved:
+                return f"{key} is now {moved[key]}: write {moved[key]}=... instead"
             return (
                 f"{key} is not a setting of this config; check the spelling "
                 f"(python train.py --cfg job lists them), or add a new key with +{key}=..."

@@ -19,6 +19,7 @@ from torchmetrics import MeanMetric, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
 from torchmetrics.text import CharErrorRate
 
+from seq2seq import metric_names as names
 from seq2seq.score import corpus_scores
 
 # (hypothesis, reference, source, ended): one decoded pair; ended is False where the
@@ -29,17 +30,17 @@ TextRow = tuple[str, str, str, bool]
 def stage_metrics(stage: str, vocab_size: int, pad_id: int) -> MetricCollection:
     """The metrics of one stage (train, val or test), named "<stage>/<metric>"."""
     metrics: dict[str, Any] = {
-        "loss": MeanMetric(),
-        "token_acc": MulticlassAccuracy(
+        names.LOSS: MeanMetric(),
+        names.TOKEN_ACC: MulticlassAccuracy(
             vocab_size, average="micro", ignore_index=pad_id, validate_args=False
         ),
     }
     if stage == "train":
-        metrics["padding"] = MeanMetric()  # fraction of batch positions that are <pad>
+        metrics[names.PADDING] = MeanMetric()  # fraction of batch positions that are <pad>
     else:
         # From greedy (test: beam) decoding, on detokenised text for the text metrics.
-        metrics["exact_match"] = MeanMetric()
-        metrics["cer"] = CharErrorRate()
+        metrics[names.EXACT_MATCH] = MeanMetric()
+        metrics[names.CER] = CharErrorRate()
     return MetricCollection(metrics, prefix=f"{stage}/", compute_groups=False)
 
 
@@ -143,23 +144,25 @@ class StageMetrics(nn.Module):
         training also the share of padded positions."""
         metrics = self.get_submodule(f"{stage}_metrics")
         pad = self.tgt_vocab.pad_id
-        metrics[f"{stage}/loss"].update(loss.detach(), weight=(batch["labels"] != pad).sum())
-        metrics[f"{stage}/token_acc"].update(
+        metrics[names.metric(stage, names.LOSS)].update(
+            loss.detach(), weight=(batch["labels"] != pad).sum()
+        )
+        metrics[names.metric(stage, names.TOKEN_ACC)].update(
             logits.detach().flatten(0, 1), batch["labels"].flatten()
         )
         if stage == "train":
             positions = batch["src"].numel() + batch["tgt_in"].numel()
             padded = (batch["src"] == pad).sum() + (batch["tgt_in"] == pad).sum()
-            metrics["train/padding"].update(padded / positions, weight=positions)
+            metrics[names.metric(stage, names.PADDING)].update(padded / positions, weight=positions)
 
     def update_outputs(self, stage: str, batch: dict[str, Tensor], predictions: Tensor) -> None:
         """Exact match and CER of a decoded batch; its texts kept for the epoch's BLEU, chrF."""
         metrics = self.get_submodule(f"{stage}_metrics")
         v = self.tgt_vocab
         exact = exact_match(predictions, batch["labels"], v.pad_id, v.eos_id)
-        metrics[f"{stage}/exact_match"].update(exact)
+        metrics[names.metric(stage, names.EXACT_MATCH)].update(exact)
         texts = self.texts[stage].add(batch["src"], batch["labels"], predictions)
-        metrics[f"{stage}/cer"].update(*texts)
+        metrics[names.metric(stage, names.CER)].update(*texts)
 
     def compute(
         self, stage: str, world_size: int, keep: int | None, bleu_tokenize: str
@@ -178,5 +181,5 @@ class StageMetrics(nn.Module):
         if rows:
             hypotheses, references = [r[0] for r in rows], [r[1] for r in rows]
             scores = corpus_scores(hypotheses, references, bleu_tokenize)
-            values |= {f"{stage}/{name}": score["score"] for name, score in scores.items()}
+            values |= {names.metric(stage, name): score["score"] for name, score in scores.items()}
         return values, rows

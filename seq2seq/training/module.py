@@ -1,12 +1,14 @@
 """The LightningModule: the training, validation and test steps around the model.
 
-It takes plain hyperparameters only (ModelConfig fields; TrainingConfig's and DecodingConfig's
-fields, flat; the vocabularies as lists) and builds the model itself, so
-``Seq2SeqModule.load_from_checkpoint(path)`` needs nothing else, and a checkpoint alone is
-enough to decode. What it measures is in metrics.py, the optimizer and the learning-rate
-schedule in optim.py, the checkpoint's keys and the run's clock and random states in
-checkpoint.py. The hooks follow the order Lightning calls them in: set-up, a training batch,
-validation and test, the epoch's end and its checkpoint; then decoding.
+It takes plain hyperparameters only, in groups (net: ModelConfig fields; training:
+TrainingConfig's; decoding: DecodingConfig's; the vocabularies as lists) and builds the model
+itself, so ``Seq2SeqModule.load_from_checkpoint(path)`` needs nothing else, and a checkpoint
+alone is enough to decode (module_from_checkpoint below also reads the flat settings of
+checkpoint formats 0 and 1, through seq2seq.checkpoint.load_checkpoint). What it measures is
+in metrics.py, the optimizer and the learning-rate schedule in optim.py, the checkpoint's keys
+and the run's clock and random states in checkpoint.py. The hooks follow the order Lightning
+calls them in: set-up, a training batch, validation and test, the epoch's end and its
+checkpoint; then decoding.
 """
 
 from __future__ import annotations
@@ -20,10 +22,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from seq2seq import metric_names as names
 from seq2seq.checkpoint import CheckpointError, RunState, load_checkpoint, load_weights
-from seq2seq.core.decoding import DECODING_KEYS, Decodes
-from seq2seq.curves import TIME
-from seq2seq.hparams import build_network, complete_hparams
+from seq2seq.core.decoding import Decodes, DecodingConfig
+from seq2seq.hparams import TrainingConfig, build_network, complete_hparams
 from seq2seq.run_dir import RunDir
 from seq2seq.score import signatures
 from seq2seq.training.doctor import Doctor
@@ -44,16 +46,23 @@ class Seq2SeqModule(Decodes, L.LightningModule):
         net: ModelConfig fields except the vocabulary sizes and special ids, which come from
             the vocabularies.
         src_vocab, tgt_vocab: saved vocabularies (Vocabulary.to_dict()).
-        **given: TrainingConfig's and DecodingConfig's fields, flat (lr=..., beam_size=...);
-            the rest take their defaults. All are in self.hparams, which a checkpoint saves.
+        training: TrainingConfig fields (the optimizer, schedule, loss and validation);
+            the rest take their defaults.
+        decoding: DecodingConfig fields (how validation, the test and translate search).
+    All are in self.hparams, which a checkpoint saves.
     """
 
     def __init__(
-        self, net: dict[str, Any], src_vocab: dict[str, Any], tgt_vocab: dict[str, Any], **given
+        self,
+        net: dict[str, Any],
+        src_vocab: dict[str, Any],
+        tgt_vocab: dict[str, Any],
+        training: dict[str, Any] | None = None,
+        decoding: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
         vocabs = {"src_vocab": src_vocab, "tgt_vocab": tgt_vocab}
-        self.save_hyperparameters({**complete_hparams(net, given), **vocabs})
+        self.save_hyperparameters({**complete_hparams(net, training, decoding), **vocabs})
         self.src_vocab, self.tgt_vocab, self.model = build_network(self.hparams)
         self.config = self.model.config
         self.metrics = StageMetrics(self.src_vocab, self.tgt_vocab)  # see metrics.py
@@ -64,14 +73,19 @@ class Seq2SeqModule(Decodes, L.LightningModule):
         self._val_decoded = 0  # examples decoded in this validation (val_decode_limit)
         self._signatures_logged = False
 
+    @property
+    def settings(self) -> TrainingConfig:
+        """The training settings (model.training), read from hparams as `decoding` is."""
+        return TrainingConfig(**self.hparams["training"])
+
     def configure_model(self) -> None:
         # In place (nn.Module.compile), so parameter names and checkpoints do not change.
-        if self.hparams.compile and not self._compiled:
+        if self.settings.compile and not self._compiled:
             self.model.compile()
             self._compiled = True
 
     def configure_optimizers(self) -> dict[str, Any]:
-        return adamw_with_schedule(self.parameters(), self.hparams, self._trainer)
+        return adamw_with_schedule(self.parameters(), self.settings, self._trainer)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.run_state.restore(checkpoint)
@@ -92,7 +106,7 @@ class Seq2SeqModule(Decodes, L.LightningModule):
             logits.flatten(0, 1),
             batch["labels"].flatten(),
             ignore_index=self.tgt_vocab.pad_id,
-            label_smoothing=self.hparams.label_smoothing,
+            label_smoothing=self.settings.label_smoothing,
         )
         return loss, logits
 
@@ -101,9 +115,9 @@ class Seq2SeqModule(Decodes, L.LightningModule):
         if not torch.isfinite(loss):
             return self._non_finite(loss)
         self.metrics.update("train", batch, loss, logits)
-        self.log("train/loss_step", loss, prog_bar=True, batch_size=batch["src"].size(0))
+        self.log(names.TRAIN_LOSS_STEP, loss, prog_bar=True, batch_size=batch["src"].size(0))
         # Training time, for curves against time (seq2seq.curves); restored on resume.
-        self.log(TIME, self.run_state.train_seconds())
+        self.log(names.TIME, self.run_state.train_seconds())
         return loss
 
     def _non_finite(self, loss: Tensor) -> None:
@@ -112,7 +126,7 @@ class Seq2SeqModule(Decodes, L.LightningModule):
         Returning None from training_step makes Lightning skip backward and the optimizer step.
         """
         step = self.global_step
-        if self.hparams.on_nonfinite_loss == "skip":
+        if self.settings.on_nonfinite_loss == "skip":
             self._skipped += 1
             log.warning("non-finite loss (%s) at step %d: batch skipped", loss.item(), step)
             return None
@@ -120,8 +134,8 @@ class Seq2SeqModule(Decodes, L.LightningModule):
         kept = f"the last good checkpoint is {last}" if last.is_file() else "no checkpoint yet"
         raise NonFiniteLossError(
             f"non-finite loss ({loss.item()}) at step {step}: training stopped before that "
-            f"update; {kept}. Lower model.lr, raise model.warmup_steps, or set "
-            "model.on_nonfinite_loss=skip"
+            f"update; {kept}. Lower model.training.lr, raise model.training.warmup_steps, or "
+            "set model.training.on_nonfinite_loss=skip"
         )
 
     def on_validation_start(self) -> None:
@@ -132,8 +146,9 @@ class Seq2SeqModule(Decodes, L.LightningModule):
 
     def _log_signatures_once(self) -> None:
         if not self._signatures_logged and self.trainer.is_global_zero:
-            sig = signatures(self.hparams.bleu_tokenize)
-            log.info("BLEU and chrF are sacreBLEU's: BLEU %s; chrF %s", sig["bleu"], sig["chrf"])
+            sig = signatures(self.settings.bleu_tokenize)
+            bleu, chrf = sig[names.BLEU], sig[names.CHRF]
+            log.info("BLEU and chrF are sacreBLEU's: BLEU %s; chrF %s", bleu, chrf)
         self._signatures_logged = True
 
     def on_validation_epoch_start(self) -> None:
@@ -147,7 +162,7 @@ class Seq2SeqModule(Decodes, L.LightningModule):
 
     def _eval_step(self, stage: str, batch: dict[str, Tensor], batch_idx: int) -> None:
         self.metrics.update(stage, batch, *self.model_step(batch))
-        limit = self.hparams.val_decode_limit
+        limit = self.settings.val_decode_limit
         if stage == "val" and limit is not None and self._val_decoded >= limit:
             return
         beam = self.decoding.beam_size if stage == "test" else 1
@@ -159,10 +174,10 @@ class Seq2SeqModule(Decodes, L.LightningModule):
                 self._log_examples(batch, predictions)
 
     def _log_examples(self, batch: dict[str, Tensor], predictions: Tensor) -> None:
-        if self.trainer.sanity_checking or not self.hparams.log_examples:
+        if self.trainer.sanity_checking or not self.settings.log_examples:
             return
         lines = [f"epoch {self.current_epoch} validation examples:"]
-        for i in range(min(self.hparams.log_examples, batch["src"].size(0))):
+        for i in range(min(self.settings.log_examples, batch["src"].size(0))):
             lines.append(f"  source:     {self.src_vocab.decode(batch['src'][i].tolist())}")
             lines.append(f"  reference:  {self.tgt_vocab.decode(batch['labels'][i].tolist())}")
             lines.append(f"  prediction: {self.tgt_vocab.decode(predictions[i].tolist())}")
@@ -177,7 +192,7 @@ class Seq2SeqModule(Decodes, L.LightningModule):
 
     def _log_epoch(self, stage: str) -> None:
         keep = len(self.trainer.test_dataloaders.dataset) if stage == "test" else None
-        world, tokenize = self.trainer.world_size, self.hparams.bleu_tokenize
+        world, tokenize = self.trainer.world_size, self.settings.bleu_tokenize
         values, rows = self.metrics.compute(stage, world, keep, tokenize)
         if stage == "val" and rows and not self.trainer.sanity_checking:
             values |= self._consult_doctor(rows, values)
@@ -188,19 +203,20 @@ class Seq2SeqModule(Decodes, L.LightningModule):
     def _consult_doctor(self, rows: list[TextRow], values: dict[str, Any]) -> dict[str, float]:
         """The doctor's metrics of this validation; what looks wrong goes to the log."""
         hypotheses, references, _, ended = zip(*rows, strict=True)
-        loss, bleu = float(values["val/loss"]), float(values["val/bleu"])
+        loss = float(values[names.metric("val", names.LOSS)])
+        bleu = float(values[names.metric("val", names.BLEU)])
         metrics, warnings = self.doctor.diagnose(hypotheses, references, ended, loss, bleu)
         if self.trainer.is_global_zero:
             for warning in warnings:
                 log.warning("validation at step %d: %s", self.global_step, warning)
-        return {f"val/{name}": value for name, value in metrics.items()}
+        return {names.metric("val", name): value for name, value in metrics.items()}
 
     def on_train_epoch_end(self) -> None:
         self._log_epoch("train")
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         # Lightning does not save random states; seq2seq.checkpoint owns these keys.
-        signature = signatures(self.hparams.bleu_tokenize)
+        signature = signatures(self.settings.bleu_tokenize)
         self.run_state.save(checkpoint, self.trainer.callback_metrics, signature)
 
     def on_train_end(self) -> None:
@@ -222,14 +238,13 @@ def module_from_checkpoint(checkpoint: dict[str, Any], path: str | Path):
 
 def load_for_evaluation(path: str | Path, tokenizers: tuple[Any, Any], model_config: Any):
     """The module of a checkpoint to test on the configured data (train=false): its
-    tokenizers must be the data's; the decoding settings (DecodingConfig's fields) come from
-    the config's model group, everything else from the checkpoint."""
+    tokenizers must be the data's; the decoding settings (model.decoding) come from the
+    config, everything else from the checkpoint."""
     module = module_from_checkpoint(load_checkpoint(path), path)
     if (module.src_vocab, module.tgt_vocab) != tokenizers:
         raise ValueError(
             f"the vocabulary of {path} differs from the configured data's; "
             "evaluate with the data config the checkpoint was trained on"
         )
-    for name in DECODING_KEYS:
-        module.hparams[name] = model_config[name]
+    module.hparams["decoding"] = DecodingConfig(**model_config["decoding"]).to_dict()
     return module

@@ -8,13 +8,14 @@ from __future__ import annotations
 import functools
 import logging
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
 from torch import Tensor
 from torch.optim.lr_scheduler import LambdaLR
 
+from seq2seq.hparams import TrainingConfig
 from seq2seq.training.callbacks import TimeBudget
 
 log = logging.getLogger(__name__)
@@ -35,9 +36,10 @@ def lr_lambda(
     the cosine needs it, after the warmup; inf without a step limit) or, with a time budget,
     when time_progress(step), the decay's progress by the clock, reaches 1
     (callbacks.TimeBudget.decay_progress), whichever comes first. With a warmup by the clock
-    (model.warmup_share), warmup(step) says whether step is still warming up and how far by the
-    clock (TimeBudget.warming_up and warmup_progress): the warmup then ends at warmup_steps or
-    at that share of the budget, whichever comes first, and rises by whichever is further.
+    (model.training.warmup_share), warmup(step) says whether step is still warming up and how
+    far by the clock (TimeBudget.warming_up and warmup_progress): the warmup then ends at
+    warmup_steps or at that share of the budget, whichever comes first, and rises by whichever
+    is further.
     """
 
     @functools.cache
@@ -63,13 +65,13 @@ def lr_lambda(
 
 
 def adamw_with_schedule(
-    parameters: Iterable[Tensor], hp: Mapping[str, Any], trainer: Any | None
+    parameters: Iterable[Tensor], hp: TrainingConfig, trainer: Any | None
 ) -> dict[str, Any]:
     """Lightning's configure_optimizers answer: AdamW and its per-step LambdaLR schedule.
 
-    hp: the module's hyperparameters (lr, betas, weight_decay, schedule, warmup_steps,
-    min_lr_ratio). trainer: the run's (its step count, a TimeBudget's clock, the precision);
-    None for a module used alone.
+    hp: the module's training settings (lr, betas, weight_decay, schedule, warmup_steps,
+    warmup_share, min_lr_ratio). trainer: the run's (its step count, a TimeBudget's clock, the
+    precision); None for a module used alone.
     """
     parameters = list(parameters)
     # Decay matrices (weights of linear maps and embeddings), not biases or norm gains.
@@ -87,11 +89,11 @@ def adamw_with_schedule(
     mixed = trainer is not None and "mixed" in str(trainer.precision)
     optimizer = torch.optim.AdamW(
         [
-            {"params": decay, "weight_decay": hp["weight_decay"]},
+            {"params": decay, "weight_decay": hp.weight_decay},
             {"params": no_decay, "weight_decay": 0.0},
         ],
-        lr=hp["lr"],
-        betas=tuple(hp["betas"]),
+        lr=hp.lr,
+        betas=tuple(hp.betas),
         fused=not mixed and fused_adamw_supported(parameters),
     )
 
@@ -104,7 +106,7 @@ def adamw_with_schedule(
     callbacks = trainer.callbacks if trainer is not None else []
     budget = next((c for c in callbacks if isinstance(c, TimeBudget)), None)
     progress = warmup = None
-    steps, share = hp["warmup_steps"], hp.get("warmup_share")
+    steps, share = hp.warmup_steps, hp.warmup_share
     if budget is not None:
         progress = functools.partial(budget.decay_progress, warmup_steps=steps, warmup_share=share)
         if share is not None:
@@ -112,7 +114,7 @@ def adamw_with_schedule(
             def warmup(step: int) -> tuple[bool, float | None]:
                 return budget.warming_up(step, steps, share), budget.warmup_progress(share)
 
-    factor = lr_lambda(hp["schedule"], steps, total, hp["min_lr_ratio"], progress, warmup)
+    factor = lr_lambda(hp.schedule, steps, total, hp.min_lr_ratio, progress, warmup)
     # interval "step": stepped once per optimizer step, so right under gradient accumulation.
     scheduler = {"scheduler": LambdaLR(optimizer, factor), "interval": "step"}
     return {"optimizer": optimizer, "lr_scheduler": scheduler}

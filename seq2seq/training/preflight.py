@@ -51,13 +51,13 @@ def check_config(cfg: DictConfig) -> Any:
 def check_model_config(model: DictConfig) -> None:
     """The module's and the model's checks, on the config alone (vocabulary sizes aside)."""
     from seq2seq.core.model import ModelConfig
-    from seq2seq.hparams import complete_hparams
+    from seq2seq.hparams import check_groups, complete_hparams
 
     given = OmegaConf.to_container(model, resolve=True)
     settings = {k: v for k, v in given.items() if not k.startswith("_")}
-    net = settings.pop("net", None)
-    complete_hparams(net, settings)  # every module setting, and that net is a mapping
-    ModelConfig(src_vocab_size=8, tgt_vocab_size=8, **net)
+    check_groups(settings)
+    groups = complete_hparams(*(settings.get(k) for k in ("net", "training", "decoding")))
+    ModelConfig(src_vocab_size=8, tgt_vocab_size=8, **groups["net"])
 
 
 def check_model_fits_data(max_positions: Any, datamodule: Any) -> None:
@@ -141,7 +141,7 @@ RESUME_MAY_CHANGE = (
     "trainer.max_epochs", "trainer.max_steps", "trainer.max_time", "trainer.devices",
     "trainer.num_nodes", "trainer.log_every_n_steps", "trainer.enable_progress_bar",
     "trainer.enable_model_summary", "trainer.profiler", "data.num_workers", "data.pin_memory",
-    "model.log_examples", "callbacks.progress_bar", "callbacks.lr_monitor", "test",
+    "model.training.log_examples", "callbacks.progress_bar", "callbacks.lr_monitor", "test",
     "average_last", "callbacks.recent_checkpoints.save_top_k",
 )  # fmt: skip
 # Where the run is and what it logs to: a moved run directory or another logger is no change.
