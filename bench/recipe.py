@@ -46,6 +46,8 @@ ROWS: dict[str, list[str]] = {
     "batch64": ["data.batch_size=64"],
     "batch256": ["data.batch_size=256"],
     "batch512": ["data.batch_size=512"],
+    "tokens8192": ["data.max_tokens=8192"],  # the batch before it was set in tokens: 128 pairs
+    "tokens2560": ["data.max_tokens=2560"],
     "lr2e-3": ["model.training.lr=2e-3"],
     "lr3e-3": ["model.training.lr=3e-3"],
     "batch64-lr2e-3": ["data.batch_size=64", "model.training.lr=2e-3"],
