@@ -138,23 +138,20 @@ def check_groups(settings: Mapping[str, Any]) -> None:
             )
 
 
-def grouped(settings: Mapping[str, Any], where: str = "model") -> dict[str, Any]:
+def grouped(settings: Mapping[str, Any]) -> dict[str, Any]:
     """The module's settings in groups (net, training, decoding, and any others as given):
     the flat layout before the groups (lr=..., beam_size=... beside net; checkpoint formats 0
     and 1, and run configs saved then) moved into theirs (other keys are kept as they are). A
     setting given both ways is refused in one line."""
-    out: dict[str, Any] = {}
-    for key, value in settings.items():
-        if key not in MOVED_SETTINGS:
-            out[key] = value
+    out = {key: value for key, value in settings.items() if key not in MOVED_SETTINGS}
     for key, value in settings.items():
         if key in MOVED_SETTINGS:
             group = MOVED_SETTINGS[key].split(".")[0]
             section = out.setdefault(group, {})
             if not isinstance(section, Mapping) or key in section:
+                new = MOVED_SETTINGS[key]
                 raise ValueError(
-                    f"{where}.{key} is set both flat and as {where}.{MOVED_SETTINGS[key]}: "
-                    f"keep {where}.{MOVED_SETTINGS[key]}"
+                    f"model.{key} is set both flat and as model.{new}: keep model.{new}"
                 )
             out[group] = {**section, key: value}
     return out

@@ -8,6 +8,7 @@ in pyproject.toml): a new Hydra that words them differently falls back to its ow
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from pathlib import Path
@@ -79,6 +80,7 @@ def with_run_overrides(args: list[str]) -> list[str]:
     return [*kept, *args]
 
 
+@functools.cache  # asked once for each override a resume carries over
 def moved_settings() -> dict[str, str]:
     """Every setting that moved, old key -> new key (the module's flat settings moved into
     model.training and model.decoding)."""
