@@ -382,7 +382,10 @@ def test_a_time_budget_ends_the_schedule_and_leaves_time_to_validate_and_test(
     assert all(b >= a - 1e-12 for a, b in itertools.pairwise(lrs[: peak + 1]))
     # ... and the cosine then fell over the rest of the run, to its end at the stop.
     assert all(b <= a + 1e-12 for a, b in itertools.pairwise(lrs[peak:]))
-    assert lrs[-1] == pytest.approx(cfg.model.training.lr * 0.1, rel=0.01)
+    # At its end (lr * min_lr_ratio) give or take the last step: its rate is set when it starts,
+    # one step's share of the budget before the stop, and how long a step takes is the machine's.
+    end = cfg.model.training.lr * 0.1
+    assert end - 1e-12 <= lrs[-1] <= 2 * end, (lrs[-1], end)
     last_step = max(int(r["step"]) for r in rows if r.get("train/loss_step"))
     final = torch.load(summary["last_checkpoint"], weights_only=True)["global_step"]
     assert final == last_step + 1  # saved after the last step
