@@ -61,12 +61,14 @@ def train(cfg: DictConfig) -> dict[str, Any]:
 
     from seq2seq.average import average_last_validations
     from seq2seq.training.callbacks import SaveRunConfig, best_checkpoint
+    from seq2seq.training.memory import keep_freed_memory
 
     if logging.getLogger().handlers:
         # `import lightning` adds its own console handler, and its records also reach the
         # root logger Hydra set up: without this every Lightning line would print twice.
         logging.getLogger("lightning").handlers.clear()
     L.seed_everything(cfg.seed, workers=True)
+    keep_freed_memory()  # a step's largest tensors are reused, not mapped anew each step
     log.info("Instantiating data <%s>", cfg.data._target_)
     datamodule = check_config(cfg)  # before the data is made: bad values fail at once
     module = build_module(cfg, *datamodule.tokenizers())

@@ -48,6 +48,8 @@ sys.path.insert(0, str(ROOT))
 
 from common import MODEL_OPTIONS, environment, print_table, sync  # noqa: E402
 
+from seq2seq.training.memory import keep_freed_memory  # noqa: E402
+
 SIZES = {"tiny": (["experiment=copy"], 14), "small": (["experiment=parallel_bpe"], 8000)}
 OPTIONS = {"as configured": [], **MODEL_OPTIONS}
 
@@ -207,6 +209,7 @@ def main() -> None:
             )  # fmt: skip
         return
     warmup = 2
+    keep_freed_memory()  # as train.py does
     before = matmul_peak(args.peak_size)
     rows = []
     for size in args.sizes:

@@ -32,6 +32,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from seq2seq import checks
+from seq2seq.core.dropout import dropout as apply_dropout
 from seq2seq.core.kv_cache import KVCache
 
 __all__ = [
@@ -117,9 +118,12 @@ def attend(
         (B, H, Tq, Dv) output and the probabilities or None.
     """
     tq, tk = q.size(-2), k.size(-2)
+    # On the CPU, SDPA with dropout runs its plain matmul-softmax path anyway, drawing the mask
+    # with aten::bernoulli_; ours (seq2seq.core.dropout) draws a quarter of the numbers.
+    explicit = need_weights or (dropout_p > 0 and q.device.type == "cpu")
     if is_causal and tq == 1:
         is_causal = False  # one query, the newest position: every key is at or before it
-    if is_causal and (may_attend is not None or tq != tk or need_weights):
+    if is_causal and (may_attend is not None or tq != tk or explicit):
         causal = causal_mask(tq, tk, q.device)
         may_attend = causal if may_attend is None else may_attend & causal
         is_causal = False
@@ -130,8 +134,9 @@ def attend(
         empty_row = ~may_attend.any(dim=-1, keepdim=True)  # (..., Tq, 1)
         may_attend = may_attend | empty_row
 
-    if need_weights:
+    if explicit:
         out, weights = _explicit_attention(q, k, v, may_attend, dropout_p)
+        weights = weights if need_weights else None
     else:
         # The fast path: fused kernels (flash / memory-efficient) where the device has them.
         out = F.scaled_dot_product_attention(
@@ -149,13 +154,14 @@ def attend(
 def _explicit_attention(
     q: Tensor, k: Tensor, v: Tensor, may_attend: Tensor | None, dropout_p: float
 ) -> tuple[Tensor, Tensor]:
-    """The matmul-softmax path, used only when the probabilities are asked for."""
+    """The matmul-softmax path: when the probabilities are asked for, and for dropout on the
+    CPU."""
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, H, Tq, Tk)
     if may_attend is not None:
         # The dtype's most negative value, not -1e9: that overflows in half precision.
         scores = scores.masked_fill(~may_attend, torch.finfo(scores.dtype).min)
     weights = scores.softmax(dim=-1)
-    dropped = F.dropout(weights, p=dropout_p) if dropout_p > 0 else weights
+    dropped = apply_dropout(weights, dropout_p)
     return dropped @ v, weights  # (B, H, Tq, Dv)
 
 

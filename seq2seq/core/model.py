@@ -27,6 +27,7 @@ from torch import Tensor, nn
 
 from seq2seq import checks
 from seq2seq.core.attention import CrossAttention, MultiHeadAttention
+from seq2seq.core.dropout import Dropout
 from seq2seq.core.kv_cache import KVCache
 
 __all__ = ["DecoderCache", "ModelConfig", "Seq2SeqTransformer"]
@@ -245,7 +246,7 @@ class Embedding(nn.Module):
         self.tokens = nn.Embedding(vocab_size, config.d_model, padding_idx=config.pad_id)
         self.positions = positions
         self.scale = math.sqrt(config.d_model)
-        self.dropout = nn.Dropout(config.dropout)
+        self.dropout = Dropout(config.dropout)
 
     def forward(self, ids: Tensor, offset: int = 0) -> Tensor:
         x = self.tokens(ids) * self.scale + self.positions(ids.size(1), offset)  # (B, T, D)
@@ -466,7 +467,7 @@ class Residual(nn.Module):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.norm = make_norm(config)
-        self.dropout = nn.Dropout(config.dropout)
+        self.dropout = Dropout(config.dropout)
         self.norm_first = config.norm_first
 
     def forward(self, x: Tensor, sublayer: Any) -> Tensor:
@@ -505,7 +506,7 @@ class FeedForward(nn.Sequential):
         super().__init__(
             nn.Linear(d_model, d_ff, bias=bias),
             activation if activation is not None else nn.ReLU(),
-            nn.Dropout(dropout),
+            Dropout(dropout),
             nn.Linear(d_ff, d_model, bias=bias),
         )
 
@@ -521,7 +522,7 @@ class GatedFeedForward(nn.Module):
         self.up = nn.Linear(d_model, width, bias=bias)
         self.down = nn.Linear(width, d_model, bias=bias)
         self.activation = activation
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.down(self.dropout(self.activation(self.gate(x)) * self.up(x)))
