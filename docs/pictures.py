@@ -106,17 +106,25 @@ def positions(out: Path) -> None:
     save_figure(fig, out / "positions.png")
 
 
-def budgeted_lr(steps: int, budget_s: float, warmup: int, peak: float) -> list[float]:
+def budgeted_lr(
+    steps: int, budget_s: float, warmup: int, peak: float, share: float | None = None
+) -> list[float]:
     """The learning rate at each step of a run that makes `steps` steps in a time budget,
-    by the optimizer's schedule and the TimeBudget callback's clock (a steady pace)."""
+    by the optimizer's schedule and the TimeBudget callback's clock (a steady pace), with the
+    warmup ending at `warmup` steps or at `share` of the training time, whichever is sooner."""
     from helpers import clocked_budget
 
     from seq2seq.training.optim import lr_lambda
 
     clock = {"elapsed": 0.0}
     budget = clocked_budget(budget_s, clock)
-    progress = lambda step: budget.decay_progress(step, warmup_steps=warmup)  # noqa: E731
-    factor = lr_lambda("cosine", warmup, lambda: float("inf"), 0.0, progress)
+    progress = lambda step: budget.decay_progress(step, warmup, share)  # noqa: E731
+
+    def warming(step: int) -> tuple[bool, float | None]:
+        return budget.warming_up(step, warmup, share), budget.warmup_progress(share)
+
+    by_clock = warming if share is not None else None
+    factor = lr_lambda("cosine", warmup, lambda: float("inf"), 0.0, progress, by_clock)
     pace = 0.9 * budget_s / steps  # training's share of the budget (the rest: evaluation)
     rates = []
     for step in range(steps):
@@ -126,14 +134,15 @@ def budgeted_lr(steps: int, budget_s: float, warmup: int, peak: float) -> list[f
 
 
 def schedule(out: Path) -> None:
-    """experiment=tatoeba_en_fr's schedule (2e-3 after 1,000 warmup steps, cosine to the
-    deadline) on this project's machine and on a machine or corpus 3.8x slower a step."""
+    """experiment=tatoeba_en_fr's schedule (2e-3 after a warmup of 1,000 steps or a quarter of
+    the training time, whichever is sooner; cosine to the deadline) on this project's machine
+    and on a machine or corpus 3.8x slower a step."""
     plt = _pyplot()
     fig, (by_step, by_time) = plt.subplots(1, 2, figsize=(12, 4.2))
     fig.subplots_adjust(left=0.08, right=0.98, bottom=0.13, top=0.86, wspace=0.22)
     for steps, label in ((4082, "4,082 steps in 30 min (Tatoeba, this machine)"),
                          (1074, "1,074 steps in 30 min (3.8x slower a step)")):  # fmt: skip
-        rates = budgeted_lr(steps, 1800.0, warmup=1000, peak=2e-3)
+        rates = budgeted_lr(steps, 1800.0, warmup=1000, peak=2e-3, share=0.25)
         by_step.plot(rates, label=label)
         by_time.plot([30 * s / steps for s in range(steps)], rates, label=label)
     by_step.set_xlabel("optimizer step")
@@ -142,7 +151,10 @@ def schedule(out: Path) -> None:
         ax.set_ylabel("learning rate")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    fig.suptitle("The learning rate under trainer.max_time=00:00:30:00 (warmup 1,000 steps)")
+    fig.suptitle(
+        "The learning rate under trainer.max_time=00:00:30:00 "
+        "(warmup 1,000 steps or a quarter of the training time)"
+    )
     save_figure(fig, out / "schedule.png")
 
 
