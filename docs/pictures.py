@@ -112,19 +112,26 @@ def budgeted_lr(
     """The learning rate at each step of a run that makes `steps` steps in a time budget,
     by the optimizer's schedule and the TimeBudget callback's clock (a steady pace), with the
     warmup ending at `warmup` steps or at `share` of the training time, whichever is sooner."""
+    from types import SimpleNamespace
+
+    import torch
     from helpers import clocked_budget
 
-    from seq2seq.training.optim import lr_lambda
+    from seq2seq.hparams import TrainingConfig
+    from seq2seq.training.optim import adamw_with_schedule
 
     clock = {"elapsed": 0.0}
     budget = clocked_budget(budget_s, clock)
-    progress = lambda step: budget.decay_progress(step, warmup, share)  # noqa: E731
-
-    def warming(step: int) -> tuple[bool, float | None]:
-        return budget.warming_up(step, warmup, share), budget.warmup_progress(share)
-
-    by_clock = warming if share is not None else None
-    factor = lr_lambda("cosine", warmup, lambda: float("inf"), 0.0, progress, by_clock)
+    # The optimizer's own schedule, wired to the budget as a run's trainer would wire it.
+    trainer = SimpleNamespace(
+        callbacks=[budget], precision="32-true", estimated_stepping_batches=float("inf")
+    )
+    settings = TrainingConfig(
+        lr=peak, schedule="cosine", warmup_steps=warmup, warmup_share=share, min_lr_ratio=0.0
+    )
+    weight = torch.zeros(1, requires_grad=True)
+    scheduler = adamw_with_schedule([weight], settings, trainer)["lr_scheduler"]["scheduler"]
+    factor = scheduler.lr_lambdas[0]
     pace = 0.9 * budget_s / steps  # training's share of the budget (the rest: evaluation)
     rates = []
     for step in range(steps):
