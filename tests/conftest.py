@@ -21,20 +21,55 @@ COMPILE_TEST = "test_compiled_model_trains_on_the_cpu"
 _compile_check: dict = {}
 
 
+# pytest-xdist runs the suite in one worker per core (pyproject's addopts): each worker and the
+# processes it starts get their share of the cores, or the workers' torch threads would fight
+# over them (two torch processes with a thread per core each slow each other several times).
+CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if WORKERS > 1:
+    os.environ["OMP_NUM_THREADS"] = str(max(1, CORES // WORKERS))
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """`-n auto`: a worker per core, at most four. Each worker trains its own copy of the
+    session's shared run and holds a few GiB at its peak; past four the longest test files
+    set the suite's time, not the workers."""
+    return min(4, CORES)
+
+
+# The modules with tests that train for tens of seconds, longest first. With workers they go out
+# first (xdist hands out modules in collection order: pyproject's --no-loadscope-reorder), so
+# the suite does not end with one worker on one of them while the others idle.
+LONG_MODULES = [
+    "test_scale.py", "test_train.py", "test_export.py", "test_resume.py", "test_shipped_corpus.py"
+]  # fmt: skip
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if WORKERS > 1:
+        rank = {name: i for i, name in enumerate(LONG_MODULES)}
+        items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest as is
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """Start tests/compile_check.py in the background as soon as the torch.compile test is
-    collected: niced, so the tests in front of it keep their share of the CPU, and on one
-    thread. The test collects its result (the compile_check fixture)."""
-    if session.config.option.collectonly:
-        return
-    if not any(item.name == COMPILE_TEST for item in session.items):
-        return
+    """Without workers (`pytest -n 0`), start tests/compile_check.py in the background as soon
+    as the torch.compile test is collected: niced, so the tests in front of it keep their share
+    of the CPU, and on one thread. The test collects its result (the compile_check fixture)."""
+    if session.config.option.collectonly or WORKERS > 1:
+        return  # with a worker per core no core is idle: the fixture runs the check itself
+    if any(item.name == COMPILE_TEST for item in session.items):
+        start_compile_check(nice=True)
+
+
+def start_compile_check(nice: bool) -> None:
     work = Path(tempfile.mkdtemp(prefix="seq2seq-compile-check-"))
     _compile_check["work"] = work
     _compile_check["process"] = subprocess.Popen(
         [sys.executable, str(Path(__file__).parent / "compile_check.py"), str(work)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, "OMP_NUM_THREADS": "1"}, preexec_fn=lambda: os.nice(19),
+        env={**os.environ, "OMP_NUM_THREADS": "1"} if nice else None,
+        preexec_fn=(lambda: os.nice(19)) if nice else None,
     )  # fmt: skip
 
 
@@ -51,6 +86,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 def compile_check() -> dict:
     """What tests/compile_check.py found: the first step's loss eager and compiled, and the
     graphs dynamo captured."""
+    if "process" not in _compile_check:
+        start_compile_check(nice=False)
     process = _compile_check["process"]
     out, err = process.communicate(timeout=900)
     assert process.returncode == 0, err[-3000:]
