@@ -2,10 +2,11 @@
 model.training.compile=true and the same run eager, each a first training step; prints the two
 losses and what dynamo captured, as JSON on its last line.
 
-conftest.py starts it in the background (niced, one thread) as soon as the test is collected:
-cold, compiling the model's forward and backward with inductor takes about 45 s on 2 cores,
-mostly one core of Python and g++, which the rest of the suite leaves idle much of the time.
-Argument: a directory to work in.
+In one pytest process (`pytest -n 0`) conftest.py starts it in the background (niced, one
+thread) as soon as the test is collected: cold, compiling the model's forward and backward with
+inductor takes about 45 s on 2 cores, mostly one core of Python and g++, which one process of
+tests leaves idle much of the time. With a worker per core (the default) no core is idle, and
+the test's worker runs it when the test comes. Argument: a directory to work in.
 """
 
 from __future__ import annotations
