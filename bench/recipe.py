@@ -134,13 +134,14 @@ def every_nth(path: Path, every: int) -> Path:
     corpus of the same sentences, where a budget buys more epochs."""
     if every == 1:
         return path
-    part = path.with_name(f"{path.stem}-every{every}.tsv")
-    if not part.is_file():
+    made = path.with_name(f"{path.stem}-every{every}.tsv")
+    if not made.is_file():
         with path.open("rb") as f:  # lines as csv wrote them: split at b"\n" alone
             header, *rows = f.readlines()
-        part.with_suffix(".part").write_bytes(header + b"".join(rows[::every]))
-        part.with_suffix(".part").rename(part)
-    return part
+        part = made.with_suffix(".part")
+        part.write_bytes(header + b"".join(rows[::every]))
+        part.rename(made)
+    return made
 
 
 def corpus_overrides(reverse: bool, regime: str = "tatoeba", every: int = 1) -> list[str]:
@@ -309,12 +310,12 @@ def main() -> None:
     args = parser.parse_args()
     if not CORPUS.is_file():
         raise SystemExit(f"the shipped corpus is missing: {CORPUS} (a clone of the project has it)")
-    # Tatoeba's validation and test pairs are split off its training file: a part of the file
-    # would split them differently. The joined regime's held-out files stay whole.
-    if args.command == "train" and (args.every < 1 or (args.every > 1 and args.regime != "joined")):
-        raise SystemExit(f"--every {args.every}: give a whole number of at least 1, and more "
-                         "than 1 only with --regime joined")  # fmt: skip
     if args.command == "train":
+        # Tatoeba's validation and test pairs are split off its training file: a part of the
+        # file would split them differently. The joined regime's held-out files stay whole.
+        if args.every < 1 or (args.every > 1 and args.regime != "joined"):
+            raise SystemExit(f"--every {args.every}: give a whole number of at least 1, and "
+                             "more than 1 only with --regime joined")  # fmt: skip
         train_rows(args.rows, args.budget, args.reverse, args.common, args.regime, args.every)
     else:
         decode_rows(args.run_dir, args.reverse, args.last, args.regime)

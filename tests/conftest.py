@@ -27,8 +27,8 @@ _compile_check: dict = {}
 CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 if WORKERS > 1:
-    os.environ["OMP_NUM_THREADS"] = str(max(1, CORES // WORKERS))
-    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+    torch.set_num_threads(max(1, CORES // WORKERS))
+    os.environ["OMP_NUM_THREADS"] = str(torch.get_num_threads())
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
