@@ -295,7 +295,8 @@ def test_a_briefly_trained_model_translates_numbers_from_their_source(
 
     overrides = [
         "experiment=numbers_en_de",
-        "data.corpus.train_size=3000",
+        "data.corpus.high=999",  # numbers below 1,000: shorter words, faster steps
+        "data.corpus.train_size=2500",
         "data.corpus.val_size=50",
         "data.corpus.test_size=200",
         "model.net.d_model=64",
@@ -304,7 +305,9 @@ def test_a_briefly_trained_model_translates_numbers_from_their_source(
         "model.net.num_decoder_layers=2",
         "model.training.lr=3e-3",
         "model.training.warmup_steps=50",
-        "trainer.max_epochs=6",  # 282 steps, ~15 s: about 93% exact match (3 epochs: 0%)
+        # 160 steps, ~30 s on one thread of a 2-core AMD EPYC: 78-87% exact match over seeds
+        # 0-3 (which also redraw the split), against the 50% asked below.
+        "trainer.max_epochs=4",
         "data.batch_size=64",
         "logger=none",
     ]
