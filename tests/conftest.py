@@ -107,8 +107,8 @@ def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def trained(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> tuple[dict, DictConfig]:
-    """One real training run on the copy task (about 15 s), shared by every test that needs a
-    trained checkpoint."""
+    """One real training run on the copy task (15-30 s on one core), shared by every test that
+    needs a trained checkpoint."""
     from train import train
 
     tmp_path = tmp_path_factory.mktemp("copy_run")
