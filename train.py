@@ -60,7 +60,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     import lightning as L
 
     from seq2seq.average import average_last_validations
-    from seq2seq.training.callbacks import SaveRunConfig, best_checkpoint
+    from seq2seq.training.callbacks import SaveRunConfig, best_checkpoint, clocked_validation
     from seq2seq.training.memory import keep_freed_memory
 
     if logging.getLogger().handlers:
@@ -87,7 +87,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             c for c in callbacks if not isinstance(c, L.pytorch.callbacks.LearningRateMonitor)
         ]
     log.info("Instantiating trainer <%s>", cfg.trainer._target_)
-    trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
+    clocked = clocked_validation(cfg.trainer.max_time, cfg.get("validations"))
+    trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False, **clocked)
 
     try:
         test_metrics: dict[str, float] = {}

@@ -59,6 +59,7 @@ ROWS: dict[str, list[str]] = {
     "warmup-share": ["model.training.warmup_share=0.1"],  # the warmup ends by the clock if sooner
     "steps-warmup": ["model.training.warmup_share=null"],  # in steps alone: the recipe before 0.25
     "seed1": ["seed=1", "data.seed=0"],  # a second seed, the same split
+    "validations8": ["validations=8"],  # 8 validations by the clock, not twice an epoch
     "inverse_sqrt": ["model.training.schedule=inverse_sqrt"],  # no decay to the deadline
     "bpe4000": ["data.tokenizer.vocab_size=4000"],
     "bpe16000": ["data.tokenizer.vocab_size=16000"],

@@ -146,6 +146,7 @@ CONFIG_ROWS = [
     (["model.net.max_positions=8"], "model.net.max_positions=8 is below the 11 positions"),
     (["data.batch_size=abc"], "data.batch_size must be a positive integer, got 'abc'"),
     (["average_last=-1"], "average_last must be an integer >= 0, got -1"),
+    (["validations=0"], "validations must be a positive integer, got 0"),
     (["data.num_workers=-1"], "data.num_workers must be an integer >= 0, got -1"),
     (["data.corpus.num_symbols=1"], "data.corpus.num_symbols must be at least 2, got 1"),
     (["data.corpus.task=hueg"], "unknown data.corpus.task 'hueg'"),

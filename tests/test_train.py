@@ -358,14 +358,15 @@ def test_a_time_budget_ends_the_schedule_and_leaves_time_to_validate_and_test(
 ) -> None:
     """A warmup stated in steps that the budget cannot buy (100,000 steps, on any machine):
     warmup_share ends it by the clock, so the schedule still peaks early and decays over most
-    of the budget, to its end at the stop."""
+    of the budget, to its end at the stop. And validations=3: about three validations by the
+    clock, where the trainer's val_check_interval would validate at every epoch's end."""
     budget, share = 12, 0.2
     overrides = [
         "data.corpus.train_size=2000", "data.corpus.val_size=200", "data.corpus.test_size=200",
         f"trainer.max_time=00:00:00:{budget:02d}", "trainer.max_epochs=-1",
         "trainer.log_every_n_steps=1", "model.training.schedule=cosine",
         "model.training.min_lr_ratio=0.1", "model.training.warmup_steps=100000",
-        f"model.training.warmup_share={share}",
+        f"model.training.warmup_share={share}", "validations=3",
     ]  # fmt: skip
     cfg = compose_train(tmp_path, data_dir, overrides)
     with caplog.at_level("INFO"):
@@ -394,7 +395,83 @@ def test_a_time_budget_ends_the_schedule_and_leaves_time_to_validate_and_test(
     assert final == last_step + 1  # saved after the last step
     validated = [int(r["step"]) for r in rows if r.get("val/exact_match")]
     assert validated[-1] >= last_step  # a validation after the last step, mid-epoch too
+    # One every 4 s of training (12 s / 3) unless the stop, which the reserve puts 1-3 s before
+    # the end, is less than 2 s away, and one at the stop: two or three ...
+    assert 2 <= len(validated) <= 3, validated
+    # ... and not at every epoch's end, where the config's val_check_interval would put them.
+    epochs = 1 + max(int(r["epoch"]) for r in rows if r.get("train/loss_step"))
+    assert epochs > len(validated), (epochs, validated)
     assert summary["test"]["test/exact_match"] >= 0
+
+
+def test_validations_by_the_clock_are_rank_0s_decision() -> None:
+    """validations=N: a validation once the training time since the last one (or the start)
+    reaches the budget over N, decided by rank 0's clock for every process (each process's
+    own clock could disagree by a step, and one validating while another trains would hang
+    both); the decision reaches Lightning through its clock-based check."""
+    from datetime import timedelta
+    from types import SimpleNamespace
+
+    from lightning.pytorch.callbacks import Timer
+
+    from seq2seq.training.callbacks import TimeBudget, clocked_validation
+
+    assert clocked_validation("00:00:30:00", 10) == {"val_check_interval": {"seconds": 180.0}}
+    assert clocked_validation(None, 10) == clocked_validation("00:00:30:00", None) == {}
+    clock = {"elapsed": 0.0}
+
+    class ClockedTimer(Timer):
+        def time_elapsed(self, stage: str = "train") -> float:
+            return clock["elapsed"]
+
+    rank_0 = {"says": None}  # None: this process is rank 0; else the (stop, due) it broadcasts
+
+    def broadcast(obj: tuple[bool, bool]) -> tuple[bool, bool]:
+        return obj if rank_0["says"] is None else rank_0["says"]
+
+    trainer = SimpleNamespace(
+        callbacks=[ClockedTimer(duration=timedelta(seconds=100))], datamodule=None,
+        strategy=SimpleNamespace(broadcast=broadcast), _val_check_time_interval=25.0,
+        sanity_checking=False, should_stop=False, is_global_zero=True, global_step=0,
+        _last_val_time=0.0,
+    )  # fmt: skip
+    module = SimpleNamespace(hparams={"training": {"warmup_steps": 10, "warmup_share": None}})
+    budget = TimeBudget(validations=4)  # every 25 s of the 100
+    budget.on_fit_start(trainer, module)
+    budget.on_train_start(trainer, module)
+
+    def validates_after_batch(at: float) -> bool:
+        clock["elapsed"] = at
+        budget.on_train_batch_end(trainer)
+        return trainer._last_val_time == float("-inf")  # Lightning's check then says yes
+
+    assert not validates_after_batch(24.0)
+    assert validates_after_batch(25.0)
+    budget.on_validation_epoch_start(trainer, module)
+    clock["elapsed"] = 27.0  # the validation took 2 s: the next is due 25 s after it ended
+    budget.on_validation_epoch_end(trainer, module)
+    assert not validates_after_batch(51.0)
+    assert validates_after_batch(52.0)
+    budget.on_validation_epoch_start(trainer, module)
+    clock["elapsed"] = 70.0  # the stop is at 98 s (the reserve is now 2 s): the next would be
+    budget.on_validation_epoch_end(trainer, module)  # due at 95 s, too close to it
+    assert not validates_after_batch(95.0)
+    clock["elapsed"] = 54.0  # as if the last one had ended at 54 s: due at 79 s
+    budget.on_validation_epoch_end(trainer, module)
+    assert validates_after_batch(79.0)
+    rank_0["says"] = (False, False)  # rank 0 is not there yet: nor is this process
+    assert not validates_after_batch(80.0)
+    rank_0["says"] = (False, True)  # rank 0 is: this process validates with it, though its
+    assert validates_after_batch(54.0)  # own clock says no
+    assert not trainer.should_stop
+    rank_0["says"] = (True, False)  # rank 0's budget is spent: stop, and Lightning validates
+    budget.on_train_batch_end(trainer)
+    assert trainer.should_stop
+    plain = TimeBudget(validations=None)  # without validations Lightning's check is left alone
+    trainer.should_stop, trainer._last_val_time, rank_0["says"] = False, 5.0, None
+    plain.on_fit_start(trainer, module)
+    plain.on_train_batch_end(trainer)
+    assert trainer._last_val_time == 5.0
 
 
 def test_a_warmup_share_ends_the_warmup_by_the_clock() -> None:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import logging
+import math
 import signal
 import threading
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -121,10 +123,19 @@ class TimeBudget(Callback):
     training does. The elapsed time is
     Lightning's Timer's, which checkpoints save, so a resumed run keeps its budget.
 
+    With `validations` (N), it also decides when to validate: once the training time since the
+    last validation (or the start) reaches the budget over N, unless the stop (which validates)
+    is less than half that away, so a run validates about N times whatever a step costs on the
+    machine and the corpus. The Trainer must validate by the clock for that
+    (`clocked_validation`, which train.py passes it).
+
     Inactive (progress() is None) without trainer.max_time.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, validations: int | None = None) -> None:
+        self.validations = validations
+        self._interval: float | None = None  # training seconds between validations
+        self._last_validation = 0.0  # the training time at which the last one ended
         self._timer: Any = None
         self._budget: float | None = None
         self._validation_seconds: float | None = None
@@ -146,12 +157,30 @@ class TimeBudget(Callback):
         self._timer = next((c for c in trainer.callbacks if isinstance(c, Timer)), None)
         self._budget = getattr(self._timer, "_duration", None)
         self._progress, self._stopped_at = 0.0, None
+        self._interval = None
         if self.active:
             self._test_share = _test_share(trainer, pl_module)
             log.info(
                 "Time budget %.0f s: the schedule ends, and the last validation, checkpoint and "
                 "test run, within it", self._budget,
             )  # fmt: skip
+        if self.active and self.validations is not None:
+            if getattr(trainer, "_val_check_time_interval", None) is None:
+                log.warning(
+                    "validations=%d is ignored: the Trainer does not validate by the clock "
+                    "(fast_dev_run, or built without clocked_validation's arguments)",
+                    self.validations,
+                )  # fmt: skip
+                return
+            self._interval = self._budget / self.validations
+            log.info(
+                "Time budget: validating every %.0f s of training (validations=%d)",
+                self._interval, self.validations,
+            )  # fmt: skip
+
+    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        if self.active:  # a resumed run counts from where it resumes
+            self._last_validation = self._timer.time_elapsed("train")
 
     def reserve(self) -> float:
         """Seconds kept for the final validation and the test."""
@@ -222,6 +251,8 @@ class TimeBudget(Callback):
     def on_validation_epoch_end(self, trainer: Any, pl_module: Any) -> None:
         if self._validation_started is not None and not trainer.sanity_checking:
             self._validation_seconds = time.monotonic() - self._validation_started
+            if self.active:
+                self._last_validation = self._timer.time_elapsed("train")
             if self.active and not self._pace_logged and trainer.is_global_zero:
                 self._log_pace(trainer.global_step, pl_module.hparams)
 
@@ -242,10 +273,28 @@ class TimeBudget(Callback):
             elapsed / steps, total, usable, f"{ends:,}", 100 * ends / max(total, 1),
         )  # fmt: skip
 
+    def validation_due(self) -> bool:
+        """Whether the training time since the last validation has reached the interval, with
+        at least half an interval left before the stop, which validates anyway (never without
+        `validations` and a budget)."""
+        if self._interval is None:
+            return False
+        elapsed = self._timer.time_elapsed("train")
+        to_stop = self._budget - self.reserve() - elapsed
+        return elapsed - self._last_validation >= self._interval and to_stop >= self._interval / 2
+
     def on_train_batch_end(self, trainer: Any, *args: Any, **kwargs: Any) -> None:
         if not self.active or self._stopped_at is not None:
             return
-        if not trainer.strategy.broadcast(self.progress() >= 1.0):  # rank 0's clock decides
+        # Rank 0's clock decides, for every process: each has its own, and a process that
+        # validated while another trained a step would wait for it forever.
+        stop, due = trainer.strategy.broadcast((self.progress() >= 1.0, self.validation_due()))
+        if self._interval is not None and not stop:
+            # Lightning (>= 2.6) validates by the clock when the time since its last validation
+            # reaches the interval, read from each process's own clock with nothing to make
+            # them agree; set here so that its check, which follows, gives rank 0's decision.
+            trainer._last_val_time = -math.inf if due else math.inf
+        if not stop:
             return
         trainer.should_stop = True  # Lightning validates, then fit ends
         self._stopped_at = trainer.global_step
@@ -267,6 +316,18 @@ class TimeBudget(Callback):
         if self.active and self._train_seconds is not None and trainer.is_global_zero:
             used = self._train_seconds + self._timer.time_elapsed("test")
             log.info("Time budget: used %.1f s of %.0f s", used, self._budget)
+
+
+def clocked_validation(max_time: str | None, validations: int | None) -> dict[str, Any]:
+    """The Trainer's arguments for TimeBudget(validations): with a time budget
+    (trainer.max_time, DD:HH:MM:SS) and a number of validations, validation by the clock
+    (Lightning's val_check_interval as a duration, here the budget over the validations, which
+    TimeBudget keeps to); otherwise none, and trainer.val_check_interval applies."""
+    if max_time is None or validations is None:
+        return {}
+    days, hours, minutes, seconds = (int(part) for part in max_time.split(":"))
+    budget = timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
+    return {"val_check_interval": {"seconds": budget.total_seconds() / validations}}
 
 
 def _test_share(trainer: Any, pl_module: Any) -> float:

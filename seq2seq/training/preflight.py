@@ -40,6 +40,8 @@ def check_config(cfg: DictConfig) -> Any:
     if resume_from and cfg.train:
         check_resume(cfg, resume_from)
     checks.integer("average_last", cfg.get("average_last", 0), minimum=0)
+    if cfg.get("validations") is not None:
+        checks.integer("validations", cfg.validations, minimum=1)
     if not cfg.train and not cfg.get("ckpt_path"):
         raise ValueError("train=false needs a checkpoint to evaluate: add ckpt_path=PATH")
     datamodule = instantiate(cfg.data)
