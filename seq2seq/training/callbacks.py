@@ -327,7 +327,7 @@ def clocked_validation(max_time: str | None, validations: int | None) -> dict[st
         return {}
     days, hours, minutes, seconds = (int(part) for part in max_time.split(":"))
     budget = timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
-    return {"val_check_interval": {"seconds": budget.total_seconds() / validations}}
+    return {"val_check_interval": budget / validations}  # a timedelta: Hydra passes it as is
 
 
 def _test_share(trainer: Any, pl_module: Any) -> float:
