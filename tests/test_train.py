@@ -437,7 +437,7 @@ def test_validations_by_the_clock_are_rank_0s_decision() -> None:
         _last_val_time=0.0,
     )  # fmt: skip
     module = SimpleNamespace(hparams={"training": {"warmup_steps": 10, "warmup_share": None}})
-    budget = TimeBudget(validations=4)  # every 25 s of the 100
+    budget = TimeBudget()  # every 25 s of the 100, as validations=4 sets it
     budget.on_fit_start(trainer, module)
     budget.on_train_start(trainer, module)
 
@@ -468,8 +468,9 @@ def test_validations_by_the_clock_are_rank_0s_decision() -> None:
     rank_0["says"] = (True, False)  # rank 0's budget is spent: stop, and Lightning validates
     budget.on_train_batch_end(trainer)
     assert trainer.should_stop
-    plain = TimeBudget(validations=None)  # without validations Lightning's check is left alone
+    plain = TimeBudget()  # without validation by the clock Lightning's check is left alone
     trainer.should_stop, trainer._last_val_time, rank_0["says"] = False, 5.0, None
+    trainer._val_check_time_interval = None
     plain.on_fit_start(trainer, module)
     plain.on_train_batch_end(trainer)
     assert trainer._last_val_time == 5.0

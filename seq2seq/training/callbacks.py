@@ -123,17 +123,15 @@ class TimeBudget(Callback):
     training does. The elapsed time is
     Lightning's Timer's, which checkpoints save, so a resumed run keeps its budget.
 
-    With `validations` (N), it also decides when to validate: once the training time since the
-    last validation (or the start) reaches the budget over N, unless the stop (which validates)
-    is less than half that away, so a run validates about N times whatever a step costs on the
-    machine and the corpus. The Trainer must validate by the clock for that
-    (`clocked_validation`, which train.py passes it).
+    Where the Trainer validates by the clock (`clocked_validation`: validations=N, the budget
+    over N), it also decides when: once the training time since the last validation (or the
+    start) reaches the interval, unless the stop (which validates) is less than half that away,
+    so a run validates about N times whatever a step costs on the machine and the corpus.
 
     Inactive (progress() is None) without trainer.max_time.
     """
 
-    def __init__(self, validations: int | None = None) -> None:
-        self.validations = validations
+    def __init__(self) -> None:
         self._interval: float | None = None  # training seconds between validations
         self._last_validation = 0.0  # the training time at which the last one ended
         self._timer: Any = None
@@ -164,19 +162,12 @@ class TimeBudget(Callback):
                 "Time budget %.0f s: the schedule ends, and the last validation, checkpoint and "
                 "test run, within it", self._budget,
             )  # fmt: skip
-        if self.active and self.validations is not None:
-            if getattr(trainer, "_val_check_time_interval", None) is None:
-                log.warning(
-                    "validations=%d is ignored: the Trainer does not validate by the clock "
-                    "(fast_dev_run, or built without clocked_validation's arguments)",
-                    self.validations,
-                )  # fmt: skip
-                return
-            self._interval = self._budget / self.validations
-            log.info(
-                "Time budget: validating every %.0f s of training (validations=%d)",
-                self._interval, self.validations,
-            )  # fmt: skip
+        # Lightning's validation by the clock (a duration as val_check_interval, lightning>=2.6;
+        # none under fast_dev_run), which this callback times.
+        clocked = getattr(trainer, "_val_check_time_interval", None)
+        if self.active and clocked is not None:
+            self._interval = clocked
+            log.info("Time budget: validating every %.0f s of training", self._interval)
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         if self.active:  # a resumed run counts from where it resumes
@@ -276,7 +267,7 @@ class TimeBudget(Callback):
     def validation_due(self) -> bool:
         """Whether the training time since the last validation has reached the interval, with
         at least half an interval left before the stop, which validates anyway (never without
-        `validations` and a budget)."""
+        a budget and validation by the clock)."""
         if self._interval is None:
             return False
         elapsed = self._timer.time_elapsed("train")
