@@ -405,6 +405,29 @@ def test_a_time_budget_ends_the_schedule_and_leaves_time_to_validate_and_test(
     assert summary["test"]["test/exact_match"] >= 0
 
 
+@pytest.mark.parametrize(
+    ("limit", "steps"), [("trainer.max_steps=12", 12), ("trainer.max_epochs=2", 20)]
+)
+def test_a_run_validating_by_the_clock_validates_at_its_step_or_epoch_limit(
+    limit: str, steps: int, tmp_path: Path, data_dir: Path
+) -> None:
+    """validations=N where the step or epoch limit comes long before the budget (a fast
+    machine): Lightning validates by the clock only, neither at an epoch's end nor at the limit,
+    so without the callback the run would end with no validation after its last steps, and test
+    an earlier checkpoint or none."""
+    overrides = [
+        "data.corpus.train_size=600", "data.corpus.val_size=200", "data.corpus.test_size=200",
+        "trainer.max_time=00:01:00:00", "validations=2", limit,  # one every 30 minutes
+    ]  # fmt: skip
+    cfg = compose_train(tmp_path, data_dir, overrides)
+    summary = train(cfg)
+    with open(Path(cfg.paths.output_dir) / "csv" / "version_0" / "metrics.csv") as f:
+        validated = [r for r in csv.DictReader(f) if r.get("val/exact_match")]
+    assert len(validated) == 1  # 600 pairs: 10 batches an epoch
+    best = torch.load(summary["best_checkpoint"], weights_only=True)["global_step"]
+    assert best == steps  # the checkpoint tested is the one after the last step
+
+
 def test_validations_by_the_clock_are_rank_0s_decision() -> None:
     """validations=N: a validation once the training time since the last one (or the start)
     reaches the budget over N, decided by rank 0's clock for every process (each process's
@@ -434,7 +457,7 @@ def test_validations_by_the_clock_are_rank_0s_decision() -> None:
         callbacks=[ClockedTimer(duration=timedelta(seconds=100))], datamodule=None,
         strategy=SimpleNamespace(broadcast=broadcast), _val_check_time_interval=25.0,
         sanity_checking=False, should_stop=False, is_global_zero=True, global_step=0,
-        _last_val_time=0.0,
+        _last_val_time=0.0, max_steps=-1, max_epochs=-1, current_epoch=0, num_training_batches=10,
     )  # fmt: skip
     module = SimpleNamespace(hparams={"training": {"warmup_steps": 10, "warmup_share": None}})
     budget = TimeBudget()  # every 25 s of the 100, as validations=4 sets it
@@ -465,6 +488,21 @@ def test_validations_by_the_clock_are_rank_0s_decision() -> None:
     rank_0["says"] = (False, True)  # rank 0 is: this process validates with it, though its
     assert validates_after_batch(54.0)  # own clock says no
     assert not trainer.should_stop
+    # A step or epoch limit reached before the budget: the last batch validates, on every
+    # process (each counts the same steps and batches), as an epoch's end would without the clock.
+    rank_0["says"] = (False, False)
+    trainer.global_step, trainer.max_steps = 40, 41
+    assert not validates_after_batch(80.0)
+    trainer.global_step = 41
+    assert validates_after_batch(80.0)
+    trainer.max_steps, trainer.max_epochs, trainer.current_epoch = -1, 3, 2
+    budget.on_train_batch_end(trainer, module, None, None, 8)
+    assert trainer._last_val_time == float("inf")  # not the last epoch's last batch yet
+    budget.on_train_batch_end(trainer, module, None, None, 9)
+    assert trainer._last_val_time == float("-inf")
+    trainer.current_epoch = 1  # the last batch of an earlier epoch: no validation
+    budget.on_train_batch_end(trainer, module, None, None, 9)
+    assert trainer._last_val_time == float("inf")
     rank_0["says"] = (True, False)  # rank 0's budget is spent: stop, and Lightning validates
     budget.on_train_batch_end(trainer)
     assert trainer.should_stop

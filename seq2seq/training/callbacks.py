@@ -126,7 +126,9 @@ class TimeBudget(Callback):
     Where the Trainer validates by the clock (`clocked_validation`: validations=N, the budget
     over N), it also decides when: once the training time since the last validation (or the
     start) reaches the interval, unless the stop (which validates) is less than half that away,
-    so a run validates about N times whatever a step costs on the machine and the corpus.
+    so a run validates about N times whatever a step costs on the machine and the corpus. A run
+    that reaches trainer.max_steps or max_epochs before its budget (a fast machine) validates
+    after its last step too, as it would at an epoch's end without the clock.
 
     Inactive (progress() is None) without trainer.max_time.
     """
@@ -274,7 +276,10 @@ class TimeBudget(Callback):
         to_stop = self._budget - self.reserve() - elapsed
         return elapsed - self._last_validation >= self._interval and to_stop >= self._interval / 2
 
-    def on_train_batch_end(self, trainer: Any, *args: Any, **kwargs: Any) -> None:
+    def on_train_batch_end(
+        self, trainer: Any, pl_module: Any = None, outputs: Any = None, batch: Any = None,
+        batch_idx: int = 0,
+    ) -> None:  # fmt: skip
         if not self.active or self._stopped_at is not None:
             return
         # Rank 0's clock decides, for every process: each has its own, and a process that
@@ -284,6 +289,9 @@ class TimeBudget(Callback):
             # Lightning (>= 2.6) validates by the clock when the time since its last validation
             # reaches the interval, read from each process's own clock with nothing to make
             # them agree; set here so that its check, which follows, gives rank 0's decision.
+            # By the clock it validates neither at an epoch's end nor at the step or epoch
+            # limit: the last batch (the same on every process) validates here.
+            due = due or _fit_ends_after(trainer, batch_idx)
             trainer._last_val_time = -math.inf if due else math.inf
         if not stop:
             return
@@ -307,6 +315,15 @@ class TimeBudget(Callback):
         if self.active and self._train_seconds is not None and trainer.is_global_zero:
             used = self._train_seconds + self._timer.time_elapsed("test")
             log.info("Time budget: used %.1f s of %.0f s", used, self._budget)
+
+
+def _fit_ends_after(trainer: Any, batch_idx: int) -> bool:
+    """Whether fit ends after this batch by trainer.max_steps or max_epochs (-1: none)."""
+    if 0 <= trainer.max_steps <= trainer.global_step:  # global_step counts this batch's step
+        return True
+    epochs = trainer.max_epochs if trainer.max_epochs is not None else -1
+    last_epoch = 0 <= epochs <= trainer.current_epoch + 1
+    return last_epoch and batch_idx + 1 >= trainer.num_training_batches
 
 
 def clocked_validation(max_time: str | None, validations: int | None) -> dict[str, Any]:
