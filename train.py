@@ -27,7 +27,12 @@ from seq2seq.run_dir import RunDir
 from seq2seq.score import signatures
 
 # Importing seq2seq.training.launch registers the configs' resolvers.
-from seq2seq.training.launch import check_command_line, root_cause, with_run_overrides
+from seq2seq.training.launch import (
+    check_command_line,
+    command_line_keys,
+    root_cause,
+    with_run_overrides,
+)
 from seq2seq.training.preflight import (
     check_config,
     check_output_dir,
@@ -88,6 +93,12 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         ]
     log.info("Instantiating trainer <%s>", cfg.trainer._target_)
     clocked = clocked_validation(cfg.trainer.max_time, cfg.get("validations"))
+    if clocked and "trainer.val_check_interval" in command_line_keys():
+        log.warning(
+            "trainer.val_check_interval is not used: validations=%s validates by the clock "
+            "under trainer.max_time; add validations=null to validate at the interval",
+            cfg.validations,
+        )  # fmt: skip
     trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False, **clocked)
 
     try:

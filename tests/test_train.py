@@ -409,7 +409,7 @@ def test_a_time_budget_ends_the_schedule_and_leaves_time_to_validate_and_test(
     ("limit", "steps"), [("trainer.max_steps=12", 12), ("trainer.max_epochs=2", 20)]
 )
 def test_a_run_validating_by_the_clock_validates_at_its_step_or_epoch_limit(
-    limit: str, steps: int, tmp_path: Path, data_dir: Path
+    limit: str, steps: int, tmp_path: Path, data_dir: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """validations=N where the step or epoch limit comes long before the budget (a fast
     machine): Lightning validates by the clock only, neither at an epoch's end nor at the limit,
@@ -418,9 +418,14 @@ def test_a_run_validating_by_the_clock_validates_at_its_step_or_epoch_limit(
     overrides = [
         "data.corpus.train_size=600", "data.corpus.val_size=200", "data.corpus.test_size=200",
         "trainer.max_time=00:01:00:00", "validations=2", limit,  # one every 30 minutes
+        "trainer.val_check_interval=5",  # not used by the clock: the log says so
     ]  # fmt: skip
     cfg = compose_train(tmp_path, data_dir, overrides)
-    summary = train(cfg)
+    with caplog.at_level("WARNING"):
+        summary = train(cfg)
+    assert "trainer.val_check_interval is not used: validations=2 validates by the clock" in (
+        caplog.text
+    )
     with open(Path(cfg.paths.output_dir) / "csv" / "version_0" / "metrics.csv") as f:
         validated = [r for r in csv.DictReader(f) if r.get("val/exact_match")]
     assert len(validated) == 1  # 600 pairs: 10 batches an epoch

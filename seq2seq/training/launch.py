@@ -222,3 +222,13 @@ def check_command_line(args: list[str], config_dir: Path) -> None:
         if message:
             print(f"error: {message}", file=sys.stderr)
             sys.exit(1)
+
+
+def command_line_keys() -> set[str]:
+    """The config keys the run's command line sets (Hydra's task overrides, `+`/`~` dropped);
+    none outside a Hydra run."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return set()
+    return {override.split("=", 1)[0].lstrip("+~") for override in HydraConfig.get().overrides.task}
