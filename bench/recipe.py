@@ -5,6 +5,7 @@ time budget on the shipped Tatoeba corpus, then the decoding choices on one run'
     python bench/recipe.py train mine:model.training.lr=3e-3,data.batch_size=512   # or your own
     python bench/recipe.py train base --budget 30             # minutes of budget per run
     python bench/recipe.py train base --regime joined --every 3   # joined pairs, a third of them
+    python bench/recipe.py train base --threads 1             # a machine about half as fast
     python bench/recipe.py decode bench/out/recipe/30min-base # greedy, beam, length penalty,
                                                              # averages of the last N checkpoints
 
@@ -23,6 +24,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -65,6 +67,7 @@ ROWS: dict[str, list[str]] = {
     "bpe16000": ["data.tokenizer.vocab_size=16000"],
     "dropout0": ["model.net.dropout=0.0"],
     "dropout0.2": ["model.net.dropout=0.2"],
+    "dropout-always": ["model.training.dropout_min_epochs=null"],  # on however few epochs
     "smoothing0": ["model.training.label_smoothing=0.0"],
     "tiny": ["model=tiny", "model.net.max_positions=256"],
     "wide": ["model.net.d_model=384", "model.net.d_ff=1536"],
@@ -173,8 +176,9 @@ def parse_row(spec: str) -> tuple[str, list[str]]:
     return name, ROWS[name]
 
 
-def train_py(overrides: list[str], run_dir: Path) -> float:
-    """Run train.py with these overrides into run_dir; returns the wall time in seconds."""
+def train_py(overrides: list[str], run_dir: Path, threads: int | None = None) -> float:
+    """Run train.py with these overrides into run_dir (on `threads` CPU threads, or torch's
+    default); returns the wall time in seconds."""
     if run_dir.exists():  # a row stopped before its summary: start it again from nothing
         shutil.rmtree(run_dir)
     log = run_dir.parent / f"{run_dir.name}.log"
@@ -184,7 +188,8 @@ def train_py(overrides: list[str], run_dir: Path) -> float:
     print("$", " ".join(command[1:]), flush=True)
     start = time.perf_counter()
     with log.open("w") as f:
-        done = subprocess.run(command, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT)
+        env = {**os.environ, "OMP_NUM_THREADS": str(threads)} if threads else None
+        done = subprocess.run(command, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT, env=env)
     if done.returncode:
         raise SystemExit(f"train.py failed ({done.returncode}): see {log}")
     return time.perf_counter() - start
@@ -218,11 +223,13 @@ def test_figures(run_dir: Path) -> dict[str, float]:
 
 
 def train_rows(
-    specs: list[str], budget: float, reverse: bool, common: list[str], regime: str, every: int
-) -> None:
+    specs: list[str], budget: float, reverse: bool, common: list[str], regime: str, every: int,
+    threads: int | None = None,
+) -> None:  # fmt: skip
     tag = "".join("-" + c.rpartition(".")[2].replace("=", "") for c in common)  # warmup_steps300
     regime_tag = "" if regime == "tatoeba" else f"-{regime}{JOIN}"
     regime_tag += f"-every{every}" if every != 1 else ""
+    regime_tag += f"-threads{threads}" if threads else ""
     minutes = f"{budget:g}min" + ("-fr-en" if reverse else "") + regime_tag + tag
     max_time = time.strftime("00:%H:%M:%S", time.gmtime(budget * 60))
     table = []
@@ -232,7 +239,7 @@ def train_rows(
         if not (run_dir / "summary.json").is_file():
             corpus = corpus_overrides(reverse, regime, every)
             wall = train_py([*corpus, f"trainer.max_time={max_time}", *common, *overrides],
-                            run_dir)  # fmt: skip
+                            run_dir, threads)  # fmt: skip
             (run_dir / "wall_s.txt").write_text(f"{wall:.1f}\n")
         figures = {**training_figures(run_dir), **test_figures(run_dir)}
         wall = float((run_dir / "wall_s.txt").read_text())
@@ -245,6 +252,7 @@ def train_rows(
         print(f"{name}: {figures}", flush=True)
     direction = ("fr->en" if reverse else "en->fr") + f", {regime} regime"
     direction += f", one training pair in {every}" if every != 1 else ""
+    direction += f", {threads} CPU thread{'s' * (threads > 1)}" if threads else ""
     print(
         f"\nBudget {budget:g} min a run ({direction}), every row with {common or 'nothing'} added"
     )
@@ -308,6 +316,8 @@ def main() -> None:
     train.add_argument("--common", nargs="*", default=[], help="overrides for every row (first)")
     train.add_argument("--every", type=int, default=1, help="train on every Nth training pair "
                        "of the joined regime, where a budget buys N times the epochs")  # fmt: skip
+    train.add_argument("--threads", type=int, default=None, help="CPU threads a run "
+                       "(OMP_NUM_THREADS; default torch's): fewer, a slower machine")  # fmt: skip
     decode = sub.add_parser("decode", help="decoding settings on one run's checkpoints")
     decode.add_argument("run_dir", type=Path)
     decode.add_argument("--last", type=int, nargs="*", default=[2, 4], help="averages to test")
@@ -325,7 +335,10 @@ def main() -> None:
         if args.every < 1 or (args.every > 1 and args.regime != "joined"):
             raise SystemExit(f"--every {args.every}: give a whole number of at least 1, and "
                              "more than 1 only with --regime joined")  # fmt: skip
-        train_rows(args.rows, args.budget, args.reverse, args.common, args.regime, args.every)
+        if args.threads is not None and args.threads < 1:
+            raise SystemExit(f"--threads {args.threads}: give a whole number of at least 1")
+        train_rows(args.rows, args.budget, args.reverse, args.common, args.regime, args.every,
+                   args.threads)  # fmt: skip
     else:
         decode_rows(args.run_dir, args.reverse, args.last, args.regime)
 

@@ -43,6 +43,10 @@ class TrainingConfig:
     # scales with the steps the budget buys on this machine and corpus. None: steps alone.
     warmup_share: float | None = None
     min_lr_ratio: float = 0.0  # the cosine schedule ends at lr * min_lr_ratio
+    # With a time budget: once the first validation has measured the pace, dropout
+    # (model.net.dropout) is turned off for the rest of the run if the budget buys fewer than
+    # this many epochs, where a model underfits rather than overfits. None: dropout throughout.
+    dropout_min_epochs: float | None = None
     label_smoothing: float = 0.1  # of the cross-entropy loss
     log_examples: int = 3  # decoded validation examples written to the log each validation
     compile: bool = False  # train with torch.compile (the model's forward; decoding is eager)
@@ -81,6 +85,10 @@ class TrainingConfig:
                     "model.training.warmup_share=null"
                 )
         checks.number("model.training.min_lr_ratio", self.min_lr_ratio, low=0, high=1)
+        if self.dropout_min_epochs is not None:
+            checks.number(
+                "model.training.dropout_min_epochs", self.dropout_min_epochs, low=0, low_open=True
+            )
         checks.number("model.training.label_smoothing", self.label_smoothing, 0, 1, high_open=True)
         checks.integer("model.training.log_examples", self.log_examples, minimum=0)
         checks.choice("model.training.compile", self.compile, (True, False))

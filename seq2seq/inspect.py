@@ -43,16 +43,19 @@ def report(path: str) -> dict[str, Any]:
     """Everything inspect knows about one checkpoint, as plain values."""
     checkpoint = load_checkpoint(path)
     module = trained_model(checkpoint, path)
-    best = {}
+    best, dropout_off_at = {}, None
     for key, state in checkpoint.get("callbacks", {}).items():
         if key.startswith("ModelCheckpoint") and state.get("best_model_score") is not None:
             best = {state["monitor"]: float(state["best_model_score"])}
+        if key == "TimeBudget":  # the step at which a budget of few epochs turned dropout off
+            dropout_off_at = state.get("dropout_off_at")
     return {
         "file": str(Path(path).resolve()),
         "file_size_bytes": Path(path).stat().st_size,
         "epoch": checkpoint.get("epoch"),
         "global_step": checkpoint.get("global_step"),
         "has_optimizer_state": bool(checkpoint.get("optimizer_states")),
+        "dropout_off_at_step": dropout_off_at,  # model_config's dropout until then
         "model_config": module.config.to_dict(),
         "parameters": parameter_counts(module),
         "tokenizer": {
@@ -70,6 +73,10 @@ def print_report(info: dict[str, Any]) -> None:
     print(f"checkpoint   {info['file']} ({size:.2f} MiB, format {info['format']})")
     print(f"progress     epoch {info['epoch']}, global step {info['global_step']}")
     print(f"optimizer    {'state inside (resumable)' if info['has_optimizer_state'] else 'none'}")
+    if info["dropout_off_at_step"] is not None:
+        rate = info["model_config"]["dropout"]
+        print(f"dropout      {rate} until step {info['dropout_off_at_step']}, then off (the time "
+              "budget bought fewer epochs than model.training.dropout_min_epochs)")  # fmt: skip
     tok = info["tokenizer"]
     sizes = f"source {tok['src_vocab_size']}, target {tok['tgt_vocab_size']}"
     print(f"tokenizer    {tok['kind']}: {sizes}")

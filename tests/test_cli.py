@@ -180,6 +180,7 @@ def test_inspect_json_has_everything(trained: Trained, capsys) -> None:
     module = torch.load(ckpt(trained), weights_only=True)
     assert info["global_step"] == module["global_step"] > 0
     assert info["has_optimizer_state"] is True
+    assert info["dropout_off_at_step"] is None  # no time budget turned it off
     assert info["format"] == FORMAT_VERSION
     assert info["model_config"]["d_model"] == cfg.model.net.d_model
     assert info["parameters"]["total"] == sum(

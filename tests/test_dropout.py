@@ -106,3 +106,30 @@ def test_matches_torch_dropout_in_distribution() -> None:
     ours, theirs = dropout(x, 0.2), F.dropout(x, 0.2)
     assert abs(ours.mean().item() - theirs.mean().item()) < 0.01
     assert abs(ours.pow(2).mean().item() - theirs.pow(2).mean().item()) < 0.05
+
+
+def test_set_dropout_turns_every_dropout_of_the_model_off_and_on() -> None:
+    """Seq2SeqTransformer.set_dropout(0.0) (a time budget that buys few epochs): in training
+    mode the model then computes exactly what it computes in evaluation mode, with no random
+    draw left anywhere (embeddings, sublayers, feed-forward, attention); set_dropout(p) draws
+    again. config.dropout keeps the rate the model was built with."""
+    from seq2seq.core.model import ModelConfig, Seq2SeqTransformer
+
+    torch.manual_seed(0)
+    config = ModelConfig(src_vocab_size=30, tgt_vocab_size=30, d_model=32, num_heads=4, d_ff=64,
+                         dropout=0.3, activation="swiglu")  # fmt: skip
+    model = Seq2SeqTransformer(config)
+    src, tgt = torch.randint(3, 30, (4, 9)), torch.randint(3, 30, (4, 7))
+    model.eval()
+    reference = model(src, tgt)
+    model.train()
+    assert not torch.allclose(model(src, tgt), reference)  # dropout at 0.3
+    model.set_dropout(0.0)
+    state = torch.get_rng_state()
+    assert torch.allclose(model(src, tgt), reference, atol=1e-6)
+    assert torch.equal(torch.get_rng_state(), state)  # nothing drawn
+    assert model.config.dropout == 0.3
+    model.set_dropout(0.3)
+    assert not torch.allclose(model(src, tgt), reference)
+    with pytest.raises(ValueError, match="dropout"):
+        model.set_dropout(1.0)

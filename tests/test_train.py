@@ -24,6 +24,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from seq2seq import metric_names
+from seq2seq.inspect import report as inspect_report
 from seq2seq.training.metrics import exact_match
 from seq2seq.training.module import Seq2SeqModule
 from train import train
@@ -359,7 +360,9 @@ def test_a_time_budget_ends_the_schedule_and_leaves_time_to_validate_and_test(
     """A warmup stated in steps that the budget cannot buy (100,000 steps, on any machine):
     warmup_share ends it by the clock, so the schedule still peaks early and decays over most
     of the budget, to its end at the stop. And validations=3: about three validations by the
-    clock, where the trainer's val_check_interval would validate at every epoch's end."""
+    clock, where the trainer's val_check_interval would validate at every epoch's end. And
+    dropout_min_epochs: the first validation finds the budget buys fewer epochs, and turns
+    dropout off."""
     budget, share = 12, 0.2
     overrides = [
         "data.corpus.train_size=600", "data.corpus.val_size=200", "data.corpus.test_size=200",
@@ -367,6 +370,7 @@ def test_a_time_budget_ends_the_schedule_and_leaves_time_to_validate_and_test(
         "trainer.log_every_n_steps=1", "model.training.schedule=cosine",
         "model.training.min_lr_ratio=0.1", "model.training.warmup_steps=100000",
         f"model.training.warmup_share={share}", "validations=3",
+        "model.net.dropout=0.1", "model.training.dropout_min_epochs=1000",  # dozens are fewer
     ]  # fmt: skip
     cfg = compose_train(tmp_path, data_dir, overrides)
     with caplog.at_level("INFO"):
@@ -374,7 +378,9 @@ def test_a_time_budget_ends_the_schedule_and_leaves_time_to_validate_and_test(
     used = float(caplog.text.split("Time budget: used ")[1].split(" s")[0])  # Lightning's Timer
     assert used <= budget  # the last validation and the test ran within the budget
     # Once it knows its pace, the log says what the budget buys in steps.
-    assert re.search(r"s a training step so far, so about \d+ steps in the", caplog.text)
+    assert re.search(
+        r"s a training step so far, so about \d+ steps \([\d.]+ epochs\) in the", caplog.text
+    )
     with open(Path(cfg.paths.output_dir) / "csv" / "version_0" / "metrics.csv") as f:
         rows = list(csv.DictReader(f))
     lrs = [float(r["lr-AdamW/pg1"]) for r in rows if r.get("lr-AdamW/pg1")]
@@ -391,10 +397,15 @@ def test_a_time_budget_ends_the_schedule_and_leaves_time_to_validate_and_test(
     end = cfg.model.training.lr * 0.1
     assert end - 1e-12 <= lrs[-1] <= 2 * end, (lrs[-1], end)
     last_step = max(int(r["step"]) for r in rows if r.get("train/loss_step"))
-    final = torch.load(summary["last_checkpoint"], weights_only=True)["global_step"]
-    assert final == last_step + 1  # saved after the last step
+    final = torch.load(summary["last_checkpoint"], weights_only=True)
+    assert final["global_step"] == last_step + 1  # saved after the last step
     validated = [int(r["step"]) for r in rows if r.get("val/exact_match")]
     assert validated[-1] >= last_step  # a validation after the last step, mid-epoch too
+    # The first validation measured the pace and turned dropout off, in the log and in the
+    # checkpoints (a resume keeps it off), after the steps done (the CSV's step is an index).
+    off_at = final["callbacks"]["TimeBudget"]["dropout_off_at"]
+    assert off_at == validated[0] + 1 and f"is off from step {off_at}: " in caplog.text
+    assert inspect_report(summary["last_checkpoint"])["dropout_off_at_step"] == off_at
     # One every 4 s of training (12 s / 3) unless the stop, which the reserve puts 1-3 s before
     # the end, is less than 2 s away, and one at the stop: two or three ...
     assert 2 <= len(validated) <= 3, validated
@@ -580,6 +591,65 @@ def test_the_decay_by_the_clock_starts_where_the_warmup_ends(caplog) -> None:
     clock["elapsed"] = 90.0
     assert resumed.decay_progress(12, warmup_steps=10) == pytest.approx(1.0)
     assert TimeBudget().decay_progress(12, warmup_steps=10) is None  # no budget
+
+
+def test_a_budget_that_buys_few_epochs_turns_dropout_off_at_the_first_validation(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """model.training.dropout_min_epochs: the first validation's pace says how many epochs the
+    budget buys (optimizer steps an epoch: batches over gradient accumulation); fewer than the
+    minimum turn dropout off for the rest of the run, by rank 0's decision on every process, and
+    a resume keeps it off. More epochs, no minimum, or no budget: dropout stays."""
+    from types import SimpleNamespace
+
+    from seq2seq.core.dropout import Dropout
+    from seq2seq.core.model import ModelConfig, Seq2SeqTransformer
+    from seq2seq.hparams import TrainingConfig
+    from seq2seq.training.callbacks import TimeBudget
+
+    clock = {"elapsed": 0.0}
+
+    def rates(model: Seq2SeqTransformer) -> set[float]:
+        return {m.p for m in model.modules() if isinstance(m, Dropout)}
+
+    def first_validation(minimum, accumulate=1, rank_0_says=None, budget=None):
+        budget = budget or clocked_budget(100.0, clock)
+        model = Seq2SeqTransformer(ModelConfig(src_vocab_size=20, tgt_vocab_size=20))
+        training = {"warmup_steps": 10, "warmup_share": None, "dropout_min_epochs": minimum}
+        module = SimpleNamespace(model=model, hparams={"training": training})
+
+        def broadcast(off: bool) -> bool:  # rank 0's decision, or this process's as rank 0
+            return off if rank_0_says is None else rank_0_says
+
+        trainer = SimpleNamespace(
+            sanity_checking=False, global_step=20, num_training_batches=10,
+            accumulate_grad_batches=accumulate, is_global_zero=True,
+            strategy=SimpleNamespace(broadcast=broadcast),
+        )  # fmt: skip
+        clock["elapsed"] = 9.8  # 20 steps in 9.8 s, of the ~98 s the reserve (~2 s) leaves
+        budget.on_validation_epoch_start(trainer, module)
+        budget.on_validation_epoch_end(trainer, module)
+        return budget, model
+
+    with caplog.at_level("INFO"):
+        budget, model = first_validation(minimum=25)  # ~200 steps of 10 a epoch: 20 epochs
+    assert rates(model) == {0.0} and budget.state_dict()["dropout_off_at"] == 20
+    assert "about 199 steps (19.9 epochs)" in caplog.text
+    assert "dropout 0.1 is off from step 20: 19.9 epochs are fewer than " in caplog.text
+    assert "model.training.dropout_min_epochs=25" in caplog.text
+    resumed = clocked_budget(100.0, clock)  # a resume from a checkpoint after the decision
+    resumed.load_state_dict(budget.state_dict())
+    fresh = Seq2SeqTransformer(ModelConfig(src_vocab_size=20, tgt_vocab_size=20))
+    resumed.on_train_start(None, SimpleNamespace(model=fresh))
+    assert rates(fresh) == {0.0}
+    assert rates(first_validation(minimum=15)[1]) == {0.1}  # 20 epochs: enough
+    assert rates(first_validation(minimum=25, accumulate=2)[1]) == {0.1}  # 5 steps an epoch: 40
+    assert rates(first_validation(minimum=None)[1]) == {0.1}
+    assert rates(first_validation(minimum=None, rank_0_says=True)[1]) == {0.0}  # rank 0 decides
+    assert rates(first_validation(minimum=25, rank_0_says=False)[1]) == {0.1}
+    assert rates(first_validation(minimum=25, budget=TimeBudget())[1]) == {0.1}  # no budget
+    with pytest.raises(ValueError, match=r"model\.training\.dropout_min_epochs must be"):
+        TrainingConfig(dropout_min_epochs=0)
 
 
 def test_the_time_budget_keeps_for_the_test_what_its_beam_costs() -> None:

@@ -232,6 +232,18 @@ class Seq2SeqTransformer(nn.Module):
     def new_cache(self) -> DecoderCache:
         return DecoderCache(self.config.num_decoder_layers)
 
+    def set_dropout(self, p: float) -> None:
+        """Every dropout of the model (embeddings, sublayer outputs, feed-forward hidden layer,
+        attention probabilities) at rate p from now on; config.dropout stays the rate the model
+        was built with. A time budget that buys few epochs turns dropout off so
+        (seq2seq.training.callbacks.TimeBudget)."""
+        checks.number("dropout", p, low=0, high=1, high_open=True)
+        for module in self.modules():
+            if isinstance(module, Dropout):
+                module.p = p
+            elif isinstance(module, (MultiHeadAttention, CrossAttention)):
+                module.dropout = p
+
     def forward(self, src: Tensor, tgt: Tensor) -> Tensor:
         """(B, S) source ids and (B, T) decoder input ids -> (B, T, V) logits."""
         memory = self.encode(src)

@@ -130,6 +130,11 @@ class TimeBudget(Callback):
     that reaches trainer.max_steps or max_epochs before its budget (a fast machine) validates
     after its last step too, as it would at an epoch's end without the clock.
 
+    At the first validation it knows the pace: it logs the steps and epochs the budget buys,
+    and where these are fewer epochs than model.training.dropout_min_epochs it turns the
+    model's dropout off for the rest of the run (a model that sees its data a few times
+    underfits rather than overfits); checkpoints save the step, so a resume keeps it off.
+
     Inactive (progress() is None) without trainer.max_time.
     """
 
@@ -146,6 +151,7 @@ class TimeBudget(Callback):
         self._train_seconds: float | None = None
         self._warmup_end: float | None = None  # progress() when the warmup ended
         self._pace_logged = False
+        self._dropout_off_at: int | None = None  # the step at which dropout was turned off
 
     @property
     def active(self) -> bool:
@@ -170,10 +176,6 @@ class TimeBudget(Callback):
         if self.active and clocked is not None:
             self._interval = clocked
             log.info("Time budget: validating every %.0f s of training", self._interval)
-
-    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
-        if self.active:  # a resumed run counts from where it resumes
-            self._last_validation = self._timer.time_elapsed("train")
 
     def reserve(self) -> float:
         """Seconds kept for the final validation and the test."""
@@ -233,10 +235,20 @@ class TimeBudget(Callback):
         return min(1.0, (progress - self._warmup_end) / (1.0 - self._warmup_end))
 
     def state_dict(self) -> dict[str, Any]:
-        return {"warmup_end": self._warmup_end}  # saved in checkpoints: a resume continues
+        # Saved in checkpoints: a resume continues the decay and keeps dropout as decided.
+        return {"warmup_end": self._warmup_end, "dropout_off_at": self._dropout_off_at}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._warmup_end = state_dict.get("warmup_end")
+        self._dropout_off_at = state_dict.get("dropout_off_at")
+        self._pace_logged = self._dropout_off_at is not None  # decided before the resume
+
+    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        if not self.active:
+            return
+        self._last_validation = self._timer.time_elapsed("train")  # a resume counts from here
+        if self._dropout_off_at is not None:  # turned off before the checkpoint it resumes
+            pl_module.model.set_dropout(0.0)
 
     def on_validation_epoch_start(self, trainer: Any, pl_module: Any) -> None:
         self._validation_started = time.monotonic()
@@ -246,25 +258,45 @@ class TimeBudget(Callback):
             self._validation_seconds = time.monotonic() - self._validation_started
             if self.active:
                 self._last_validation = self._timer.time_elapsed("train")
-            if self.active and not self._pace_logged and trainer.is_global_zero:
-                self._log_pace(trainer.global_step, pl_module.hparams)
+                if not self._pace_logged:
+                    self._fit_to_pace(trainer, pl_module)
 
-    def _log_pace(self, steps: int, hparams: Any) -> None:
-        """What the run will do in steps, from its pace so far (logged once)."""
-        elapsed = self._timer.time_elapsed("train")
+    def _fit_to_pace(self, trainer: Any, pl_module: Any) -> None:
+        """Once, at the first validation, from the pace so far: what the run will do in steps
+        and epochs (logged), and dropout off for the rest of the run if the budget buys fewer
+        epochs than model.training.dropout_min_epochs (rank 0's estimate, for every process)."""
+        steps, elapsed = trainer.global_step, self._timer.time_elapsed("train")
         if steps < 1 or elapsed <= 0:
             return
         self._pace_logged = True
         usable = max(self._budget - self.reserve(), 0.0)
         total = int(steps / elapsed * usable)
-        training = hparams["training"]
+        # Optimizer steps an epoch (inf for a dataset of unknown length: epochs unknown).
+        per_epoch = trainer.num_training_batches / max(trainer.accumulate_grad_batches, 1)
+        epochs = total / per_epoch if 0 < per_epoch < math.inf else None
+        training = pl_module.hparams["training"]
         warmup, share = training["warmup_steps"], training["warmup_share"]
         ends = min(warmup, int(share * total)) if share is not None else warmup
+        minimum = training.get("dropout_min_epochs")
+        off = minimum is not None and epochs is not None and epochs < minimum
+        off = off and pl_module.model.config.dropout > 0
+        if trainer.strategy.broadcast(off):
+            pl_module.model.set_dropout(0.0)
+            self._dropout_off_at = steps
+        if not trainer.is_global_zero:
+            return
         log.info(
-            "Time budget: %.3f s a training step so far, so about %d steps in the %.0f s of "
+            "Time budget: %.3f s a training step so far, so about %d steps%s in the %.0f s of "
             "training the budget leaves; the warmup ends at step %s (%.0f%% of them)",
-            elapsed / steps, total, usable, f"{ends:,}", 100 * ends / max(total, 1),
+            elapsed / steps, total, "" if epochs is None else f" ({epochs:.1f} epochs)", usable,
+            f"{ends:,}", 100 * ends / max(total, 1),
         )  # fmt: skip
+        if off:
+            log.info(
+                "Time budget: dropout %g is off from step %d: %.1f epochs are fewer than "
+                "model.training.dropout_min_epochs=%g, too few to overfit",
+                pl_module.model.config.dropout, steps, epochs, minimum,
+            )  # fmt: skip
 
     def validation_due(self) -> bool:
         """Whether the training time since the last validation has reached the interval, with
