@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import itertools
 import json
+import math
 import re
 from pathlib import Path
 
@@ -432,11 +433,12 @@ def test_a_run_validating_by_the_clock_validates_at_its_step_or_epoch_limit(
         "trainer.val_check_interval=5",  # not used by the clock: the log says so
     ]  # fmt: skip
     cfg = compose_train(tmp_path, data_dir, overrides)
-    with caplog.at_level("WARNING"):
+    with caplog.at_level("INFO"):
         summary = train(cfg)
     assert "trainer.val_check_interval is not used: validations=2 validates by the clock" in (
         caplog.text
     )
+    assert f"{limit} ends training first, at step {steps} (" in caplog.text  # Lightning's count
     with open(Path(cfg.paths.output_dir) / "csv" / "version_0" / "metrics.csv") as f:
         validated = [r for r in csv.DictReader(f) if r.get("val/exact_match")]
     assert len(validated) == 1  # 600 pairs: 10 batches an epoch
@@ -612,7 +614,7 @@ def test_a_budget_that_buys_few_epochs_turns_dropout_off_at_the_first_validation
     def rates(model: Seq2SeqTransformer) -> set[float]:
         return {m.p for m in model.modules() if isinstance(m, Dropout)}
 
-    def first_validation(minimum, accumulate=1, rank_0_says=None, budget=None):
+    def first_validation(minimum, accumulate=1, rank_0_says=None, budget=None, limit=-1, **kw):
         budget = budget or clocked_budget(100.0, clock)
         model = Seq2SeqTransformer(ModelConfig(src_vocab_size=20, tgt_vocab_size=20))
         training = {"warmup_steps": 10, "warmup_share": None, "dropout_min_epochs": minimum}
@@ -624,8 +626,10 @@ def test_a_budget_that_buys_few_epochs_turns_dropout_off_at_the_first_validation
         trainer = SimpleNamespace(
             sanity_checking=False, global_step=20, num_training_batches=10,
             accumulate_grad_batches=accumulate, is_global_zero=True,
-            strategy=SimpleNamespace(broadcast=broadcast),
+            strategy=SimpleNamespace(broadcast=broadcast), max_steps=-1, max_epochs=-1,
+            estimated_stepping_batches=limit,  # Lightning's: max_steps or max_epochs' steps
         )  # fmt: skip
+        vars(trainer).update(kw)
         clock["elapsed"] = 9.9  # 20 steps in 9.9 s, of the ~98 s the reserve (~2 s) leaves
         budget.on_validation_epoch_start(trainer, module)
         budget.on_validation_epoch_end(trainer, module)
@@ -648,6 +652,20 @@ def test_a_budget_that_buys_few_epochs_turns_dropout_off_at_the_first_validation
     assert rates(first_validation(minimum=None, rank_0_says=True)[1]) == {0.0}  # rank 0 decides
     assert rates(first_validation(minimum=25, rank_0_says=False)[1]) == {0.1}
     assert rates(first_validation(minimum=25, budget=TimeBudget())[1]) == {0.1}  # no budget
+    caplog.clear()
+    with caplog.at_level("INFO"):  # a fast machine: max_epochs ends the run before the budget
+        assert rates(first_validation(minimum=15, limit=100, max_epochs=10)[1]) == {0.0}
+    assert "about 197 steps (19.7 epochs)" in caplog.text  # what the budget alone would buy
+    assert "trainer.max_epochs=10 ends training first, at step 100 (10.0 epochs)" in caplog.text
+    assert "10.0 epochs are fewer than model.training.dropout_min_epochs=15" in caplog.text
+    caplog.clear()
+    with caplog.at_level("INFO"):
+        assert rates(first_validation(minimum=5, limit=150, max_steps=150)[1]) == {0.1}
+    assert "trainer.max_steps=150 ends training first, at step 150 (15.0 epochs)" in caplog.text
+    caplog.clear()
+    with caplog.at_level("INFO"):  # a stream of unknown length: no epochs, no limit (-1)
+        assert rates(first_validation(minimum=25, num_training_batches=math.inf)[1]) == {0.1}
+    assert "about 197 steps in the" in caplog.text and "ends training first" not in caplog.text
     with pytest.raises(ValueError, match=r"model\.training\.dropout_min_epochs must be"):
         TrainingConfig(dropout_min_epochs=0)
 

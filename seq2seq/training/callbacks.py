@@ -130,8 +130,9 @@ class TimeBudget(Callback):
     that reaches trainer.max_steps or max_epochs before its budget (a fast machine) validates
     after its last step too, as it would at an epoch's end without the clock.
 
-    At the first validation it knows the pace: it logs the steps and epochs the budget buys,
-    and where these are fewer epochs than model.training.dropout_min_epochs it turns the
+    At the first validation it knows the pace: it logs the steps and epochs the budget buys
+    (and the step where trainer.max_steps or max_epochs ends training, if sooner), and where
+    these are fewer epochs than model.training.dropout_min_epochs it turns the
     model's dropout off for the rest of the run (a model that sees its data a few times
     underfits rather than overfits); checkpoints save the step, so a resume keeps it off.
 
@@ -270,13 +271,18 @@ class TimeBudget(Callback):
             return
         self._pace_logged = True
         usable = max(self._budget - self.reserve(), 0.0)
-        total = int(steps / elapsed * usable)
+        by_time = int(steps / elapsed * usable)
+        # Where trainer.max_steps or max_epochs ends fit first (a fast machine), the run makes
+        # that many steps and the cosine ends there (Lightning's count; -1 or inf: no limit).
+        limit = trainer.estimated_stepping_batches
+        total = int(limit) if 0 <= limit < by_time else by_time
         # Optimizer steps an epoch (inf for a dataset of unknown length: epochs unknown).
         per_epoch = trainer.num_training_batches / max(trainer.accumulate_grad_batches, 1)
-        epochs = total / per_epoch if 0 < per_epoch < math.inf else None
+        known = 0 < per_epoch < math.inf
+        epochs = total / per_epoch if known else None
         training = pl_module.hparams["training"]
         warmup, share = training["warmup_steps"], training["warmup_share"]
-        ends = min(warmup, int(share * total)) if share is not None else warmup
+        ends = min(warmup, int(share * by_time)) if share is not None else warmup
         minimum = training.get("dropout_min_epochs")
         off = minimum is not None and epochs is not None and epochs < minimum
         off = off and pl_module.model.config.dropout > 0
@@ -288,9 +294,18 @@ class TimeBudget(Callback):
         log.info(
             "Time budget: %.3f s a training step so far, so about %d steps%s in the %.0f s of "
             "training the budget leaves; the warmup ends at step %s (%.0f%% of them)",
-            elapsed / steps, total, "" if epochs is None else f" ({epochs:.1f} epochs)", usable,
-            f"{ends:,}", 100 * ends / max(total, 1),
+            elapsed / steps, by_time, f" ({by_time / per_epoch:.1f} epochs)" if known else "",
+            usable, f"{ends:,}", 100 * ends / max(by_time, 1),
         )  # fmt: skip
+        if total < by_time:
+            limited = 0 <= trainer.max_steps <= total
+            log.info(
+                "Time budget: %s ends training first, at step %d%s, where the schedule ends; "
+                "set it to -1 (no limit) to spend the whole budget",
+                f"trainer.max_steps={trainer.max_steps}" if limited
+                else f"trainer.max_epochs={trainer.max_epochs}",
+                total, "" if epochs is None else f" ({epochs:.1f} epochs)",
+            )  # fmt: skip
         if off:
             log.info(
                 "Time budget: dropout %g is off from step %d: %.1f epochs are fewer than "
