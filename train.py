@@ -99,6 +99,17 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             "under trainer.max_time; add validations=null to validate at the interval",
             cfg.validations,
         )  # fmt: skip
+    if cfg.get("validations") is not None and cfg.trainer.max_time is None:
+        # An experiment may set validations for when a budget is given (parallel_bpe does);
+        # typed on the command line without one, it is a mistake worth a line.
+        level = logging.WARNING if "validations" in command_line_keys() else logging.INFO
+        log.log(
+            level,
+            "validations=%s is not used: it spreads validations over a time budget, and "
+            "trainer.max_time is not set; validating %s instead (add "
+            "trainer.max_time=DD:HH:MM:SS to validate by the clock)",
+            cfg.validations, at_interval(cfg.trainer.get("val_check_interval")),
+        )  # fmt: skip
     trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False, **clocked)
 
     try:
@@ -137,6 +148,15 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     return summary
 
 
+def at_interval(interval: float | int | None) -> str:
+    """Where trainer.val_check_interval validates, in words."""
+    if interval is None or interval == 1.0:
+        return "at every epoch's end"
+    if isinstance(interval, float):
+        return f"every {interval:g} of an epoch (trainer.val_check_interval={interval:g})"
+    return f"every {interval} batches (trainer.val_check_interval={interval})"
+
+
 def build_module(cfg: DictConfig, src_vocab: Any, tgt_vocab: Any) -> Any:
     """A new module sized by the data's tokenizers, or (train=false) the checkpoint's."""
     if cfg.train:
@@ -150,14 +170,17 @@ def build_module(cfg: DictConfig, src_vocab: Any, tgt_vocab: Any) -> Any:
 
 @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="train")
 def main(cfg: DictConfig) -> float | None:
+    from lightning.fabric.utilities.exceptions import MisconfigurationException
     from lightning.pytorch.utilities.exceptions import SIGTERMException
 
     try:
         summary = train(cfg)
-    except (ValueError, InstantiationException) as error:
+    except (ValueError, InstantiationException, MisconfigurationException) as error:
+        # MisconfigurationException: Lightning's word on settings it cannot run with (e.g.
+        # debug=limit's share of a split too small to hold a batch), which names the fix.
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
-        print(f"error: {root_cause(error)}", file=sys.stderr)
+        print(f"error: {' '.join(str(root_cause(error)).split())}", file=sys.stderr)
         sys.exit(1)
     except SIGTERMException:
         sys.exit(128 + 15)  # as a process killed by SIGTERM; last.ckpt is saved (see the log)

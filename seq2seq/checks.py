@@ -8,6 +8,7 @@ setting, what it got and what it needs, before any work starts.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from typing import Any
 
 
@@ -68,6 +69,21 @@ def choice(name: str, value: Any, options: tuple[Any, ...]) -> Any:
             f"{name} must be one of {', '.join(map(str, options))}, got {describe(value)}"
         )
     return value
+
+
+def nearest(name: str, known: Iterable[str]) -> str:
+    """What an error about an unknown name `name` suggests: the nearest known names (by
+    difflib's similarity, or the shared words of snake_case names, so n_layers finds
+    num_encoder_layers), else all of them."""
+    import difflib  # here: the core (which imports this module) imports only torch and itself
+
+    known = list(known)
+    close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
+    words = set(name.split("_"))
+    close += [k for k in known if k not in close and words & set(k.split("_")) - {"", "num"}]
+    if close:
+        return f"did you mean {', '.join(close[:3])}? (known: {', '.join(known)})"
+    return f"known: {', '.join(known)}"
 
 
 def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:

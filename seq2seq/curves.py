@@ -10,6 +10,7 @@ validation curves on one figure (sweep_curves.png).
 from __future__ import annotations
 
 import csv
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -32,16 +33,26 @@ def read_metrics(run_dir: str | Path) -> list[dict[str, float]]:
             "CSV logger (logger=csv, the default)"
         )
     rows = []
-    for path in files:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            for number, row in enumerate(csv.DictReader(f), 2):
-                try:
-                    rows.append({k: float(v) for k, v in row.items() if v not in ("", None)})
-                except (TypeError, ValueError):
-                    raise ValueError(
-                        f"{path} line {number} is not a row of numbers (the file is damaged): "
-                        "delete the line, or the file"
-                    ) from None
+    for index, path in enumerate(files):
+        text = path.read_text(encoding="utf-8", errors="replace")
+        lines = text.splitlines(keepends=True)
+        if index == len(files) - 1 and len(lines) > 1 and not lines[-1].endswith("\n"):
+            # A run that is still writing: its last row is not finished (Lightning's CSV
+            # logger ends every row with a newline). Draw the rows before it.
+            print(
+                f"note: {path} line {len(lines)} is not complete (the run is still writing "
+                "it): drawn without it",
+                file=sys.stderr,
+            )
+            lines.pop()
+        for number, row in enumerate(csv.DictReader(lines), 2):
+            try:
+                rows.append({k: float(v) for k, v in row.items() if v not in ("", None)})
+            except (TypeError, ValueError):
+                raise ValueError(
+                    f"{path} line {number} is not a row of numbers (the file is damaged): "
+                    "delete the line, or the file"
+                ) from None
     return rows
 
 

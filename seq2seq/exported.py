@@ -51,7 +51,10 @@ class ExportedModel:
         except (TypeError, ValueError) as error:
             raise ValueError(f"{path / EXPORT_FILE} has bad decoding settings: {error}") from None
         self._src_tokens = token_strings(self.src_vocab)
-        self._tgt_ids = {token: i for i, token in enumerate(token_strings(self.tgt_vocab))}
+        tgt_tokens = token_strings(self.tgt_vocab)
+        _check_matches_model(path, "src", self._src_tokens)
+        _check_matches_model(path, "tgt", tgt_tokens)
+        self._tgt_ids = {token: i for i, token in enumerate(tgt_tokens)}
         kind, _, index = device.partition(":")
         if kind not in ("cpu", "cuda") or (index and not index.isdigit()):
             raise ValueError(
@@ -123,6 +126,35 @@ def read_export(path: Path) -> dict[str, Any]:
     if not isinstance(decoding, dict):
         raise ValueError(f"{about_path} lacks its decoding settings: {hint} again")
     return about
+
+
+def _check_matches_model(path: Path, side: str, tokens: list[str]) -> None:
+    """The tokenizer's tokens, id for id, are those CTranslate2's model was saved with (its
+    {shared,source,target}_vocabulary.json): a tokenizer file of another model would give
+    other ids, or ids the model lacks."""
+    name = "source" if side == "src" else "target"
+    vocabulary = path / f"{name}_vocabulary.json"
+    if not vocabulary.is_file():
+        vocabulary = path / "shared_vocabulary.json"
+    tokenizer = path / f"{side}_tokenizer.json"
+    hint = f"export the checkpoint again (python -m seq2seq.export CKPT --out {path})"
+    try:
+        model_tokens = json.loads(vocabulary.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as error:
+        detail = " ".join(str(error).split())[:200]
+        raise ValueError(f"{vocabulary} is not readable ({detail}): {hint}") from None
+    if model_tokens != tokens:
+        if not isinstance(model_tokens, list):
+            raise ValueError(f"{vocabulary} is not a list of tokens: {hint}")
+        differ = next(
+            (i for i, (a, b) in enumerate(zip(tokens, model_tokens, strict=False)) if a != b),
+            min(len(tokens), len(model_tokens)),
+        )
+        raise ValueError(
+            f"{tokenizer} is not the tokenizer of this model: {len(tokens):,} tokens against "
+            f"the {len(model_tokens):,} of {vocabulary.name}, first different at id {differ}; "
+            f"{hint}"
+        )
 
 
 def _tokenizer(path: Path) -> Any:

@@ -103,6 +103,13 @@ TRAINING_KEYS = tuple(field.name for field in fields(TrainingConfig))
 # The module's settings besides the network, by group: model.training.NAME, model.decoding.NAME.
 GROUPS = {"training": TRAINING_KEYS, "decoding": DECODING_KEYS}
 
+# model.net.NAME: ModelConfig's fields but those the tokenizers set (sizes and special ids).
+NET_KEYS = tuple(
+    field.name
+    for field in fields(ModelConfig)
+    if field.name not in ("src_vocab_size", "tgt_vocab_size", "pad_id", "bos_id", "eos_id")
+)
+
 # Where each setting of the flat layout before the groups (model.lr, model.beam_size; checkpoint
 # formats 0 and 1) is now.
 MOVED_SETTINGS = {key: f"{group}.{key}" for group, keys in GROUPS.items() for key in keys}
@@ -116,11 +123,11 @@ def complete_hparams(net: Any, training: Any = None, decoding: Any = None) -> di
     for group, value in given.items():
         if not isinstance(value, Mapping):
             raise ValueError(f"model.{group} must be a mapping of settings, got {value!r}")
-    for group, keys in GROUPS.items():
+    for group, keys in {"net": NET_KEYS, **GROUPS}.items():
         unknown = sorted(set(given[group]) - set(keys))
         if unknown:
             moved = next((MOVED_SETTINGS[k] for k in unknown if k in MOVED_SETTINGS), None)
-            hint = f"it is model.{moved}" if moved else f"known: {', '.join(keys)}"
+            hint = f"it is model.{moved}" if moved else checks.nearest(unknown[0], keys)
             raise ValueError(f"model.{group}.{unknown[0]} is not a {group} setting; {hint}")
     return {
         "net": dict(net),

@@ -74,6 +74,21 @@ def run_train_cli(args: list[str], cwd: Path, monkeypatch: pytest.MonkeyPatch) -
     return 0
 
 
+def budgeted_run(seconds: int, validations: int, share: float = 0.2) -> list[str]:
+    """Overrides of a copy-task run that spends a time budget of `seconds` as the real-text
+    recipe does: a warmup that 100,000 steps would end but `share` of the time ends first, the
+    cosine to the budget's end, `validations` by the clock, and dropout 0.1 that the first
+    validation turns off (1,000 epochs are never bought: 600 pairs make dozens)."""
+    return [
+        "data.corpus.train_size=600", "data.corpus.val_size=200", "data.corpus.test_size=200",
+        f"trainer.max_time=00:00:00:{seconds:02d}", "trainer.max_epochs=-1",
+        "trainer.log_every_n_steps=1", "model.training.schedule=cosine",
+        "model.training.min_lr_ratio=0.1", "model.training.warmup_steps=100000",
+        f"model.training.warmup_share={share}", f"validations={validations}",
+        "model.net.dropout=0.1", "model.training.dropout_min_epochs=1000",
+    ]  # fmt: skip
+
+
 def clocked_budget(seconds: float, clock: dict[str, float]):
     """A TimeBudget callback of `seconds` whose training time is clock["elapsed"], as if
     trainer.max_time had set it (no Trainer): for driving the schedule by hand."""

@@ -135,6 +135,20 @@ CONFIG_ROWS = [
     (["model.decoding.beam_size=0"], "model.decoding.beam_size must be a positive integer, got 0"),
     (["+model.lr_warmup=10"], "model.lr_warmup is not a setting of the module; its groups are"),
     (["+model.training.warm=1"], "model.training.warm is not a training setting; known: lr, betas"),
+    (
+        ["+model.net.n_layers=3"],
+        "model.net.n_layers is not a net setting; did you mean num_encoder_layers, "
+        "num_decoder_layers? (known: d_model,",
+    ),
+    (
+        ["+data.corpus.train_siz=10"],
+        "data.corpus.train_siz is not a setting of SymbolTask; did you mean train_size? (known:",
+    ),
+    (["+trainer.max_epoch=1"], "trainer.max_epoch is not a setting of Trainer; did you mean "),
+    (
+        ["+callbacks.model_checkpoint.monitr=x"],
+        "callbacks.model_checkpoint.monitr is not a setting of ModelCheckpoint; did you mean",
+    ),
     (["+model.beam_size=2"], "model.beam_size is now model.decoding.beam_size: write "),
     (
         ["model.training.compile=maybe"],

@@ -15,6 +15,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -433,6 +434,21 @@ def test_translate_refuses_an_export_of_another_format(exports, tmp_path, capsys
     (copy / "seq2seq.json").write_text(json.dumps({**about, "format": 0}))
     assert translate_cli.main(["--model", str(copy), "1 2"]) == 1
     assert "is export format 0; this version reads format 1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("side", ["src", "tgt"])
+def test_translate_refuses_an_export_whose_tokenizer_is_another_models(
+    side, exports, tmp_path, capsys
+) -> None:
+    """A tokenizer file replaced by another model's (valid, another vocabulary): one line
+    naming the file, not a KeyError from the first output token the tokenizer lacks."""
+    copy = Path(shutil.copytree(exports["bpe"], tmp_path / "bpe"))
+    shutil.copy(exports["char"] / f"{side}_tokenizer.json", copy / f"{side}_tokenizer.json")
+    assert translate_cli.main(["--model", str(copy), "twenty one"]) == 1
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1, err
+    assert err.startswith(f"error: {copy / f'{side}_tokenizer.json'} is not the tokenizer of ")
+    assert "first different at id" in err and "export the checkpoint again" in err
 
 
 def test_compute_type_is_only_for_an_export(checkpoints, capsys) -> None:

@@ -58,7 +58,11 @@ def test_sweep_writes_a_summary_of_every_job(
     assert {r["overrides"] for r in rows} == {
         f"debug=fdr model.net.num_heads={h} seed={s} {common}" for h in (1, 2) for s in (0, 1)
     }
-    assert all(r["status"] == "done" and float(r["test/exact_match"]) >= 0 for r in rows)
+    for row in rows:  # each row reports its own job's test metrics
+        tested = json.loads((sweep_dir / row["job"] / "summary.json").read_text())["test"]
+        assert row["status"] == "done"
+        for name, value in tested.items():
+            assert float(row[name]) == pytest.approx(value, rel=1e-6), (row["job"], name)
     assert {r["bleu_signature"] for r in rows} == {signatures("13a")["bleu"]}
     assert {r["chrf_signature"] for r in rows} == {signatures("13a")["chrf"]}
     for job in range(4):  # each job has its own directory and summary

@@ -6,6 +6,7 @@ nothing."""
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 import signal
 import subprocess
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import ROOT, compose_train, run_train_cli
+from helpers import ROOT, budgeted_run, compose_train, run_train_cli
 
 from train import train
 
@@ -331,7 +332,16 @@ def test_a_run_made_before_the_model_options_resumes_and_refuses_one_set(
     )
     args = [f"resume={run_copy}", "trainer.max_epochs=2", "logger=none"]
     assert run_train_cli(args, run_copy.parent, monkeypatch) == 0, capsys.readouterr().err
-    assert saved_step(run_copy / "checkpoints" / "last.ckpt") == 8
+    resumed = torch.load(run_copy / "checkpoints" / "last.ckpt", weights_only=True)
+    assert resumed["global_step"] == 8
+    # The options the run predates arrive at what the run meant: the network as it was built.
+    meant = {"norm": "layer", "activation": "relu", "num_kv_heads": None, "bias": True}
+    for net in (resumed["hyper_parameters"]["net"], resumed["run_config"]["model"]["net"]):
+        assert {name: net[name] for name in NEWER} == meant
+
+
+# The module's settings as the command line of a format-1 run gave them, flat.
+FLAT = ["model.lr=2e-3", "model.max_len_b=7"]
 
 
 def as_written_before_the_layers(run_dir: Path) -> list[str]:
@@ -346,9 +356,10 @@ def as_written_before_the_layers(run_dir: Path) -> list[str]:
     checkpoint["seq2seq_format"] = 1
     for settings in (checkpoint["hyper_parameters"], checkpoint["run_config"]["model"]):
         settings |= {**settings.pop("training"), **settings.pop("decoding")}
+        settings |= {"lr": 2e-3, "max_len_b": 7}  # as FLAT set them (the experiment: 3e-3, 5)
     overrides = run_dir / ".hydra" / "overrides.yaml"
     given = yaml.safe_load(overrides.read_text())
-    overrides.write_text(yaml.safe_dump([*given, "model.lr=3e-3", "model.max_len_b=5"]))
+    overrides.write_text(yaml.safe_dump([*given, *FLAT]))
     old = []
 
     def rewrite(node: object) -> None:
@@ -369,7 +380,21 @@ def test_a_run_made_before_the_layers_resumes(run_copy: Path, monkeypatch, capsy
     assert "seq2seq.module.Seq2SeqModule" in old and "seq2seq.callbacks.TimeBudget" in old
     args = [f"resume={run_copy}", "trainer.max_epochs=2", "logger=none"]
     assert run_train_cli(args, run_copy.parent, monkeypatch) == 0, capsys.readouterr().err
-    assert saved_step(run_copy / "checkpoints" / "last.ckpt") == 8
+    resumed = torch.load(run_copy / "checkpoints" / "last.ckpt", weights_only=True)
+    assert resumed["global_step"] == 8
+    # The flat settings arrived in their groups, with the run's values (not the experiment's),
+    # in the module's hyperparameters and in the run config, and nowhere flat.
+    for settings in (resumed["hyper_parameters"], resumed["run_config"]["model"]):
+        assert settings["training"]["lr"] == 2e-3 and settings["decoding"]["max_len_b"] == 7
+        assert not {"lr", "max_len_b"} & set(settings)
+    # The classes at their old paths arrived at their new ones.
+    config = resumed["run_config"]
+    assert config["model"]["_target_"] == "seq2seq.training.module.Seq2SeqModule"
+    assert config["callbacks"]["time_budget"]["_target_"] == (
+        "seq2seq.training.callbacks.TimeBudget"
+    )
+    (overrides,) = (run_copy / ".hydra").glob("resume-*/overrides.yaml")
+    assert "model.training.lr=2e-3" in overrides.read_text()  # the run's own, moved
 
 
 def test_class_paths_from_before_the_layers_read_as_now() -> None:
@@ -420,3 +445,91 @@ def test_a_checkpoint_without_a_training_state_is_refused_before_anything_is_wri
     path = make(run_copy)
     target = f"ckpt_path={path}" if how == "ckpt_path" else f"resume={run_copy}"
     assert message in refused([target], run_copy, monkeypatch, capsys)
+
+
+# --- a run with a time budget, stopped past its middle and resumed ------------------------------
+
+BUDGET_SECONDS, VALIDATIONS = 20, 4
+BUDGETED = [
+    *budgeted_run(BUDGET_SECONDS, VALIDATIONS),
+    "callbacks.step_checkpoint.every_n_train_steps=5",  # the test watches the budget's clock
+]
+
+
+def budget_state(path: Path) -> tuple[int, float, dict]:
+    """(step, training seconds, TimeBudget's state) saved in a checkpoint."""
+    checkpoint = torch.load(path, weights_only=True, map_location="cpu")
+    callbacks = checkpoint["callbacks"]
+    return (
+        checkpoint["global_step"],
+        callbacks["Timer"]["time_elapsed"]["train"],
+        callbacks["TimeBudget"],
+    )
+
+
+def learning_rates(metrics_csv: Path) -> list[float]:
+    with open(metrics_csv) as f:
+        return [float(r["lr-AdamW/pg1"]) for r in csv.DictReader(f) if r.get("lr-AdamW/pg1")]
+
+
+def test_a_budgeted_run_stopped_past_its_middle_resumes_as_it_would_have_gone_on(
+    tmp_path: Path, data_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The budget's decisions survive SIGTERM and `resume=RUN`: the cosine goes on down from
+    where it was (not back up from the peak: the warmup's end is kept), dropout stays as the
+    first validation decided (off, at its step), the validation clock counts from the resume
+    (no validation at once), and the whole run, resume and test included, fits the budget."""
+    from seq2seq.curves import read_metrics, training_time_at
+
+    run_dir = tmp_path / "run"
+    process = subprocess.Popen(
+        [sys.executable, str(ROOT / "train.py"), *BUDGETED, f"paths.data_dir={data_dir}",
+         f"hydra.run.dir={run_dir}"],
+        cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    last = run_dir / "checkpoints" / "last.ckpt"
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and process.poll() is None:
+        try:  # past the middle of the budget, and dropout decided
+            _, seconds, state = budget_state(last)
+            if seconds >= BUDGET_SECONDS / 2 and state["dropout_off_at"] is not None:
+                break
+        except Exception:  # not written yet
+            pass
+        time.sleep(0.05)
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 128 + 15, err[-3000:]
+    stopped_step, stopped_at, decided = budget_state(last)
+    assert stopped_at >= BUDGET_SECONDS / 2 and decided["dropout_off_at"] is not None, decided
+    assert decided["warmup_end"] is not None  # the warmup (by the clock, 20%) was over
+
+    cfg = compose_train(tmp_path, data_dir, [*BUDGETED, f"resume={run_dir}"])
+    cfg.paths.output_dir = str(run_dir)
+    with caplog.at_level("INFO"):
+        summary = train(cfg)
+    before = learning_rates(run_dir / "csv" / "version_0" / "metrics.csv")
+    after = learning_rates(run_dir / "csv" / "version_1" / "metrics.csv")
+    # The decay goes on from where it stopped, down to its end at the new stop.
+    assert after[0] <= before[-1] + 1e-12, (before[-3:], after[:3])
+    assert all(b <= a + 1e-12 for a, b in itertools.pairwise(after))
+    end = cfg.model.training.lr * 0.1
+    assert end - 1e-12 <= after[-1] <= 2 * end, (after[-1], end)
+    # Dropout stays as decided before the stop: not decided again after it.
+    final_step, final_seconds, state = budget_state(Path(summary["last_checkpoint"]))
+    assert state == decided, (state, decided)
+    assert "is off from step" not in caplog.text
+    # The clock counts from the resume: the first validation after it comes an interval of
+    # training later, or at the stop if that is nearer (which validates anyway).
+    rows = read_metrics(run_dir)
+    resumed = [r for r in rows if r["step"] >= stopped_step]
+    validated = [r["step"] for r in resumed if "val/exact_match" in r]
+    first = training_time_at(resumed, validated[:1])[0]
+    interval = BUDGET_SECONDS / VALIDATIONS
+    assert first - stopped_at >= 0.5 * min(interval, final_seconds - stopped_at), (
+        first, stopped_at, final_seconds
+    )  # fmt: skip
+    assert final_step > stopped_step + 5
+    # The whole run, the first start's training time included, and the test fit the budget.
+    used = float(caplog.text.split("Time budget: used ")[1].split(" s")[0])
+    assert used <= BUDGET_SECONDS, used

@@ -217,6 +217,28 @@ def test_inspect_names_a_damaged_metrics_file(trained, tmp_path: Path, capsys) -
     assert not (tmp_path / "c.png").exists()
 
 
+def test_inspect_draws_a_live_run_without_its_half_written_last_row(
+    trained, tmp_path: Path, capsys
+) -> None:
+    """A run still writing metrics.csv: its last row is cut short (no newline yet). The curves
+    come from the complete rows, and one line says the last was left out."""
+    from seq2seq.curves import read_metrics
+
+    run = Path(shutil.copytree(trained[0]["run_dir"], tmp_path / "run"))
+    metrics = run / "csv" / "version_0" / "metrics.csv"
+    whole = read_metrics(run)
+    lines = metrics.read_text().splitlines(keepends=True)
+    metrics.write_text("".join(lines) + lines[-1][: len(lines[-1]) // 2])  # e.g. "0.12,3.4"
+    assert inspect_cli.main([str(run), "--curves", "--out", str(tmp_path / "c.png")]) == 0
+    err = capsys.readouterr().err
+    assert err.strip().splitlines() == [
+        f"note: {metrics} line {len(lines) + 1} is not complete (the run is still writing it): "
+        "drawn without it"
+    ]
+    assert (tmp_path / "c.png").read_bytes()[:4] == b"\x89PNG"
+    assert read_metrics(run) == whole  # the complete rows, every one
+
+
 # --- a full disk and a read-only disk, for real (tmpfs in a private mount namespace) ------------
 
 

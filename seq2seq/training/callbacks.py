@@ -134,12 +134,17 @@ class TimeBudget(Callback):
     (and the step where trainer.max_steps or max_epochs ends training, if sooner), and where
     these are fewer epochs than model.training.dropout_min_epochs it turns the
     model's dropout off for the rest of the run (a model that sees its data a few times
-    underfits rather than overfits); checkpoints save the step, so a resume keeps it off.
+    underfits rather than overfits). It decides once: checkpoints save the step of the
+    decision and where dropout went off, so a resume keeps dropout as decided, on or off,
+    whatever its own pace.
+
+    With test=false (`test`: the run config's), no time is kept for a test.
 
     Inactive (progress() is None) without trainer.max_time.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, test: bool = True) -> None:
+        self.test = test  # whether the run tests after fit (the reserve keeps time for it)
         self._interval: float | None = None  # training seconds between validations
         self._last_validation = 0.0  # the training time at which the last one ended
         self._timer: Any = None
@@ -151,7 +156,7 @@ class TimeBudget(Callback):
         self._stopped_at: int | None = None
         self._train_seconds: float | None = None
         self._warmup_end: float | None = None  # progress() when the warmup ended
-        self._pace_logged = False
+        self._paced_at: int | None = None  # the step of the first validation's decision
         self._dropout_off_at: int | None = None  # the step at which dropout was turned off
 
     @property
@@ -166,10 +171,10 @@ class TimeBudget(Callback):
         self._progress, self._stopped_at = 0.0, None
         self._interval = None
         if self.active:
-            self._test_share = _test_share(trainer, pl_module)
+            self._test_share = _test_share(trainer, pl_module) if self.test else 0.0
             log.info(
-                "Time budget %.0f s: the schedule ends, and the last validation, checkpoint and "
-                "test run, within it", self._budget,
+                "Time budget %.0f s: the schedule ends, and the last validation%s run, within "
+                "it", self._budget, ", checkpoint and test" if self.test else " and checkpoint",
             )  # fmt: skip
         # Lightning's validation by the clock (a duration as val_check_interval, lightning>=2.6;
         # none under fast_dev_run), which this callback times.
@@ -237,12 +242,18 @@ class TimeBudget(Callback):
 
     def state_dict(self) -> dict[str, Any]:
         # Saved in checkpoints: a resume continues the decay and keeps dropout as decided.
-        return {"warmup_end": self._warmup_end, "dropout_off_at": self._dropout_off_at}
+        return {
+            "warmup_end": self._warmup_end,
+            "paced_at": self._paced_at,
+            "dropout_off_at": self._dropout_off_at,
+        }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._warmup_end = state_dict.get("warmup_end")
         self._dropout_off_at = state_dict.get("dropout_off_at")
-        self._pace_logged = self._dropout_off_at is not None  # decided before the resume
+        # Decided before the resume: at paced_at (checkpoints from before it was saved hold
+        # only dropout_off_at, set where the decision turned dropout off).
+        self._paced_at = state_dict.get("paced_at", self._dropout_off_at)
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         if not self.active:
@@ -259,7 +270,7 @@ class TimeBudget(Callback):
             self._validation_seconds = time.monotonic() - self._validation_started
             if self.active:
                 self._last_validation = self._timer.time_elapsed("train")
-                if not self._pace_logged:
+                if self._paced_at is None:
                     self._fit_to_pace(trainer, pl_module)
 
     def _fit_to_pace(self, trainer: Any, pl_module: Any) -> None:
@@ -269,7 +280,7 @@ class TimeBudget(Callback):
         steps, elapsed = trainer.global_step, self._timer.time_elapsed("train")
         if steps < 1 or elapsed <= 0:
             return
-        self._pace_logged = True
+        self._paced_at = steps
         usable = max(self._budget - self.reserve(), 0.0)
         by_time = int(steps / elapsed * usable)
         # Where trainer.max_steps or max_epochs ends fit first (a fast machine), the run makes
@@ -355,6 +366,8 @@ class TimeBudget(Callback):
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
         if self.active:
             self._train_seconds = self._timer.time_elapsed("train")
+            if not self.test and trainer.is_global_zero:
+                log.info("Time budget: used %.1f s of %.0f s", self._train_seconds, self._budget)
 
     def on_test_end(self, trainer: Any, pl_module: Any) -> None:
         # The training time as fit ended: testing a checkpoint restores the Timer's state

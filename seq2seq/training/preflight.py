@@ -35,6 +35,7 @@ def check_config(cfg: DictConfig) -> Any:
     """Every value of the run config that can be checked without reading data; returns the
     (not yet set up) data module, which a bad data value fails to construct."""
     check_model_config(cfg.model)
+    check_settings_known(cfg)
     check_trainer_config(cfg.trainer)
     resume_from = checkpoint_to_resume(cfg)
     if resume_from and cfg.train:
@@ -60,6 +61,48 @@ def check_model_config(model: DictConfig) -> None:
     check_groups(settings)
     groups = complete_hparams(*(settings.get(k) for k in ("net", "training", "decoding")))
     ModelConfig(src_vocab_size=8, tgt_vocab_size=8, **groups["net"])
+
+
+# Keys of a `_target_` node that are Hydra's own, not the target's arguments.
+HYDRA_KEYS = {"_target_", "_partial_", "_recursive_", "_convert_", "_args_"}
+
+
+def check_settings_known(cfg: DictConfig) -> None:
+    """Every setting of a node that builds an object (`_target_`: the data module, its corpus,
+    the Trainer, each callback and logger) is an argument of what it builds: an unknown one,
+    added with `+` or a typo in a YAML file, is refused in one line that names it and the
+    nearest real names, instead of a TypeError from deep inside instantiate. The model's
+    groups are check_model_config's."""
+    import inspect
+
+    from hydra.utils import get_object
+
+    def walk(node: Any, path: str) -> None:
+        if isinstance(node, list):
+            for index, item in enumerate(node):
+                walk(item, f"{path}[{index}]")
+        if not isinstance(node, dict):
+            return
+        target = node.get("_target_")
+        if isinstance(target, str) and path != "model":
+            try:
+                parameters = inspect.signature(get_object(target)).parameters.values()
+            except (ImportError, AttributeError, TypeError, ValueError):
+                parameters = None  # instantiate says what is wrong with the target itself
+            if parameters is not None and all(p.kind != p.VAR_KEYWORD for p in parameters):
+                known = [p.name for p in parameters if p.kind != p.VAR_POSITIONAL]
+                unknown = sorted(set(node) - set(known) - HYDRA_KEYS)
+                if unknown:
+                    name = target.rsplit(".", 1)[-1]
+                    raise ValueError(
+                        f"{path}.{unknown[0]} is not a setting of {name}; "
+                        f"{checks.nearest(unknown[0], known)}"
+                    )
+        for key, value in node.items():
+            walk(value, f"{path}.{key}" if path else str(key))
+
+    settings = OmegaConf.to_container(cfg, resolve=False)  # the keys alone: nothing resolved
+    walk({k: v for k, v in settings.items() if k != "hydra"}, "")
 
 
 def check_model_fits_data(max_positions: Any, datamodule: Any) -> None:
@@ -144,7 +187,7 @@ RESUME_MAY_CHANGE = (
     "trainer.num_nodes", "trainer.log_every_n_steps", "trainer.enable_progress_bar",
     "trainer.enable_model_summary", "trainer.profiler", "data.num_workers", "data.pin_memory",
     "model.training.log_examples", "callbacks.progress_bar", "callbacks.lr_monitor", "test",
-    "average_last", "callbacks.recent_checkpoints.save_top_k",
+    "average_last", "callbacks.recent_checkpoints.save_top_k", "callbacks.time_budget.test",
 )  # fmt: skip
 # Where the run is and what it logs to: a moved run directory or another logger is no change.
 RESUME_IGNORES = ("paths", "logger", "hydra", "resume", "ckpt_path", "task_name")
