@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch import Tensor
 
 from seq2seq.core.decoding import Decodes
 
@@ -204,6 +205,43 @@ class TrainedModel(Decodes):
     def config(self) -> Any:
         """The network's ModelConfig."""
         return self.model.config
+
+    @torch.inference_mode()
+    def attention(self, src_ids: list[int], output_ids: list[int]) -> dict[str, list[Tensor]]:
+        """Every attention module's probabilities while the network reads source src_ids and
+        produces output_ids (teacher-forced: the decoder's input is <bos> and the output
+        but its last token, so query row t is where output token t was produced). Per layer,
+        (H, Tq, Tk): "cross" (output over source), "self" (the decoder's, causal) and
+        "encoder" (source over source)."""
+        from seq2seq.core.attention import capture_attention
+
+        src = torch.tensor([src_ids], device=self.device)
+        tgt_in = torch.tensor([[self.tgt_vocab.bos_id, *output_ids[:-1]]], device=self.device)
+        with capture_attention(self.model) as maps:
+            self.model(src, tgt_in)
+        decoder, encoder = (
+            range(self.config.num_decoder_layers),
+            range(self.config.num_encoder_layers),
+        )
+        return {
+            "cross": [maps[f"decoder.layers.{i}.cross_attn"][0].float() for i in decoder],
+            "self": [maps[f"decoder.layers.{i}.self_attn"][0].float() for i in decoder],
+            "encoder": [maps[f"encoder.layers.{i}.self_attn"][0].float() for i in encoder],
+        }
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def output_ids(self, ids: list[int]) -> list[int]:
+        """A decoded row as the tokens it produced: up to and including <eos> (padding after
+        it, or after a row cut at its limit, dropped)."""
+        eos, pad_id = self.tgt_vocab.eos_id, self.tgt_vocab.pad_id
+        if eos in ids:
+            return ids[: ids.index(eos) + 1]
+        while ids and ids[-1] == pad_id:
+            ids = ids[:-1]
+        return ids
 
 
 def load_module(path: str | Path, map_location: str | torch.device = "cpu") -> TrainedModel:

@@ -70,9 +70,20 @@ class ExportedModel:
             raise ValueError(f"CTranslate2 cannot load {path}: {detail}") from None
         ctranslate2.set_random_seed(seed)
 
-    def generate(self, rows: list[list[int]], max_len: int, search: Search) -> list[list[tuple]]:
+    def generate(
+        self, rows: list[list[int]], max_len: int | list[int], search: Search
+    ) -> list[list[tuple]]:
         """Per source row of token ids, a list of (score, token ids) pairs, best first: the
-        search translate asks for, as CTranslate2's options."""
+        search translate asks for, as CTranslate2's options. max_len: one for every row, or one
+        a row (CTranslate2 takes one a call: the rows are searched in a call a limit)."""
+        if isinstance(max_len, list):
+            out: list[list[tuple]] = [[] for _ in rows]
+            for limit in sorted(set(max_len)):
+                indices = [i for i, own in enumerate(max_len) if own == limit]
+                found = self.generate([rows[i] for i in indices], limit, search)
+                for i, hyps in zip(indices, found, strict=True):
+                    out[i] = hyps
+            return out
         source = [[self._src_tokens[i] for i in row] for row in rows]
         options: dict[str, Any] = {
             "max_decoding_length": max_len,

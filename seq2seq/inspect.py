@@ -134,7 +134,6 @@ def diff(path_a: str, path_b: str) -> list[str]:
 def plot_attention(path: str, text: str, out: str) -> int:
     """Decode text greedily, then draw the encoder's attention over the source and the
     decoder's while it reads its output."""
-    from seq2seq.core.attention import capture_attention
     from seq2seq.plots import attention_figure
 
     module = load_module(path)
@@ -143,22 +142,15 @@ def plot_attention(path: str, text: str, out: str) -> int:
     if src.numel() == 0:
         raise ValueError("--attention needs a non-empty source text")
     with torch.inference_mode():
-        output = module.greedy(src)[0].tolist()
-        if vocab_out.eos_id in output:
-            output = output[: output.index(vocab_out.eos_id) + 1]
-        tgt_in = torch.tensor([[vocab_out.bos_id, *output[:-1]]])
-        with capture_attention(module.model) as maps:
-            module.model(src, tgt_in)
-    layers = range(module.config.num_decoder_layers)
+        output = module.output_ids(module.greedy(src)[0].tolist())
+    maps = module.attention(src[0].tolist(), output)
+    tgt_in = [vocab_out.bos_id, *output[:-1]]
     figure = attention_figure(
-        cross=[maps[f"decoder.layers.{i}.cross_attn"][0] for i in layers],
-        self_attn=[maps[f"decoder.layers.{i}.self_attn"][0] for i in layers],
-        encoder=[
-            maps[f"encoder.layers.{i}.self_attn"][0]
-            for i in range(module.config.num_encoder_layers)
-        ],
+        cross=maps["cross"],
+        self_attn=maps["self"],
+        encoder=maps["encoder"],
         source_tokens=[vocab_in.token_label(i) for i in src[0].tolist()],
-        output_tokens=[vocab_out.token_label(i) for i in tgt_in[0].tolist()],
+        output_tokens=[vocab_out.token_label(i) for i in tgt_in],
         title=f"{text!r} -> {vocab_out.decode(output)!r}",
     )
     save_figure(figure, out, bbox_inches="tight")

@@ -185,9 +185,12 @@ class CheckpointModel:
         self.decoding = self.module.decoding
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
 
-    def generate(self, rows: list[list[int]], max_len: int, search: Search) -> list:
-        """Per source row of token ids, a list of (score, token ids) pairs, best first."""
+    def generate(self, rows: list[list[int]], max_len: int | list[int], search: Search) -> list:
+        """Per source row of token ids, a list of (score, token ids) pairs, best first; at
+        most max_len tokens (one for every row, or one a row)."""
         model, src = self.module.model, pad(rows, self.src_vocab.pad_id, self.device)
+        if isinstance(max_len, list):
+            max_len = torch.tensor(max_len, device=self.device)
         if search.sampling is not None:
             s = search.sampling
             out = sample_decode(
@@ -202,6 +205,16 @@ class CheckpointModel:
             list(zip(s, t, strict=True))
             for s, t in zip(scores.tolist(), tokens.tolist(), strict=True)
         ]
+
+
+def output_limit(
+    source_length: int, search: Search, max_positions: int, max_len: int | None = None
+) -> int:
+    """Most tokens one input's output may have: --max-len, else the model's rule for the
+    input's own length (so an output never depends on the inputs batched with it), and never
+    more than the model's positions."""
+    limit = search.decoding.max_len(source_length, max_positions)
+    return min(max_len or limit, max_positions)
 
 
 def torch_device(name: str) -> torch.device:
@@ -249,9 +262,8 @@ def translate(args: argparse.Namespace) -> list[str]:
     results: dict[int, list[tuple]] = {}
     for batch in batches(encoded, args.batch_size):
         rows = [item.ids for item in batch]
-        limit = search.decoding.max_len(max(len(row) for row in rows), model.max_positions)
-        max_len = min(args.max_len or limit, model.max_positions)
-        for item, hyps in zip(batch, model.generate(rows, max_len, search), strict=True):
+        limits = [output_limit(len(row), search, model.max_positions, args.max_len) for row in rows]
+        for item, hyps in zip(batch, model.generate(rows, limits, search), strict=True):
             results[item.index] = hyps
     out = []
     for index in range(len(lines)):

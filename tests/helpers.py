@@ -100,3 +100,58 @@ def clocked_budget(seconds: float, clock: dict[str, float]):
     budget._budget = seconds
     budget._timer = SimpleNamespace(time_elapsed=lambda stage: clock["elapsed"])
     return budget
+
+
+# Debian's chromium as root, headless, with no network of its own to reach for.
+CHROMIUM_FLAGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                  "--no-first-run", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync"]  # fmt: skip
+
+
+def drive_page(
+    url: str, text: str, out: Path, kind: str = "cross", layer: int | None = None,
+    head: int | str | None = None, size: tuple[int, int] = (1280, 800), beam: int | None = None,
+) -> dict:  # fmt: skip
+    """Open the server's page in chromium (Playwright, through its executable path), type
+    text, click Translate, choose the heat map's kind, layer and head, save a screenshot to
+    out; returns what the page shows: the output, the error, the table's kind, layer and head,
+    its row and column labels, and its cells' values."""
+    import shutil
+
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=shutil.which("chromium"), args=CHROMIUM_FLAGS
+        )
+        try:
+            page = browser.new_page(viewport={"width": size[0], "height": size[1]})
+            page.goto(f"{url}/")
+            page.wait_for_function("document.getElementById('model').textContent !== 'loading…'")
+            page.fill("#src", text)
+            if beam is not None:
+                page.fill("#beam", str(beam))
+            page.click("#go")
+            page.wait_for_selector("#heatmap-table", timeout=60_000)
+            page.select_option("#kind", value=kind)
+            # By position: Playwright matches a string against values and labels alike, and
+            # the page labels layer i and head i as i + 1 (the head's first option: the mean).
+            if layer is not None:
+                page.select_option("#layer", index=layer)
+            if head is not None:
+                page.select_option("#head", index=0 if head == "mean" else int(head) + 1)
+            page.screenshot(path=str(out), full_page=True)
+            table = page.locator("#heatmap-table")
+            return {
+                "tgt": page.inner_text("#tgt"),
+                "error": page.inner_text("#error").strip(),
+                "table": {k: table.get_attribute(f"data-{k}") for k in ("kind", "layer", "head")},
+                "rows": page.locator("#heatmap-table tbody th").all_inner_texts(),
+                "cols": page.locator("#heatmap-table thead th span").all_inner_texts(),
+                "cells": [
+                    row.locator("td").evaluate_all("cells => cells.map(c => c.dataset.value)")
+                    for row in page.locator("#heatmap-table tbody tr").all()
+                ],
+            }
+        finally:
+            browser.close()

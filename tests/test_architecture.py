@@ -18,7 +18,8 @@ PACKAGE = ROOT / "seq2seq"
 SHELL = set(TRAINING_SHELL)
 # What translate, inspect, export, average and score need to read a checkpoint and use it.
 TOOLS = ["translate", "inspect", "export", "exported", "average", "score", "checkpoint", "hparams",
-         "cli", "curves", "plots", "run_dir", "metric_names", "data.tokenizer"]  # fmt: skip
+         "cli", "curves", "plots", "run_dir", "metric_names", "data.tokenizer", "serve",
+         "serve.cli", "serve.app", "serve.engine", "serve.batcher"]  # fmt: skip
 # What the core may import from outside itself: torch and a few of Python's own modules
 # (difflib: seq2seq.checks.nearest, on an error).
 CORE_OUTSIDE = {"torch", "math", "dataclasses", "typing", "collections", "contextlib",
@@ -119,6 +120,14 @@ def test_the_core_imports_only_torch_and_itself(name: str) -> None:
     assert outside <= CORE_OUTSIDE, f"{name} may import {sorted(outside - CORE_OUTSIDE)}"
     ours = {m for m in found if m.startswith("seq2seq.")} - set(CORE) - {"seq2seq.checks"}
     assert not ours, f"{name} may import {sorted(ours)}: the core stands on torch alone"
+
+
+def test_the_web_framework_is_imported_by_the_serve_tool_alone() -> None:
+    """FastAPI and uvicorn (the extra `serve`) only under seq2seq/serve, so nothing else
+    needs them installed."""
+    for name in MODULES:
+        outside = {m.split(".")[0] for m in imports(name)} & {"fastapi", "uvicorn", "starlette"}
+        assert not outside or name.startswith("seq2seq.serve"), f"{name} imports {outside}"
 
 
 def test_nothing_in_the_package_imports_the_training_shell_but_itself() -> None:

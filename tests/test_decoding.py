@@ -167,6 +167,38 @@ def test_batch_beam_equals_each_example_alone(trained: Seq2SeqTransformer) -> No
         torch.testing.assert_close(batch_scores[i, 0], score[0, 0])
 
 
+@pytest.mark.parametrize("beam", [1, 3])
+def test_a_limit_a_row_decodes_each_row_as_it_would_alone(
+    trained: Seq2SeqTransformer, beam: int
+) -> None:
+    """max_len as a (B,) tensor: each row stops at its own limit, and so equals that row
+    decoded alone with its limit, whatever the limits of the rows beside it (the server batches
+    requests of different lengths; translate gives each input its own length rule)."""
+    src = sources(batch=8)
+    limits = torch.tensor([2, 6, 3, 9, 1, 4, 5, 7])
+
+    def decode(rows: Tensor, max_len) -> list[list[int]]:
+        if beam == 1:
+            return greedy_decode(trained, rows, max_len).tolist()
+        tokens, scores = beam_search(trained, rows, max_len, beam_size=beam, n_best=2)
+        return [[*t[0], *t[1], round(float(s[0]), 4)] for t, s in zip(tokens, scores, strict=True)]
+
+    batch = decode(src, limits)
+    cut = 0
+    for i in range(src.size(0)):
+        length = int((src[i] != PAD).sum())
+        alone = decode(src[i : i + 1, :length], int(limits[i]))[0]
+        row = batch[i]
+        if beam == 1:  # the batch's row is padded after the row's own output
+            assert row[: len(alone)] == alone and set(row[len(alone) :]) <= {PAD}
+            cut += EOS not in alone
+        else:
+            assert [t for t in row if t != PAD] == [t for t in alone if t != PAD], i
+    assert beam > 1 or cut >= 3, "too few rows ran to their limit: a weak test"
+    with pytest.raises(ValueError, match="max_len must be at least 1, got 0"):
+        greedy_decode(trained, src, torch.zeros(8, dtype=torch.long))
+
+
 def test_sampling_is_seeded_and_top_k_one_is_greedy(trained: Seq2SeqTransformer) -> None:
     src = sources()
 

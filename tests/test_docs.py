@@ -34,6 +34,7 @@ NOT_RUN = (
     "srun ",  # needs a SLURM cluster
     "python train.py trainer=gpu",  # needs a GPU
     "tensorboard ",
+    "curl ",  # needs a running server: tests/test_serve.py sends the same requests
 )
 
 
@@ -117,6 +118,8 @@ def test_every_command_is_of_a_kind_this_suite_checks() -> None:
 def kind(command: str) -> str:
     if command.startswith(NOT_RUN):
         return "not run"
+    if command.startswith(("python -m seq2seq.serve", "seq2seq-serve")):
+        return "served"  # a server runs until stopped: its command line is parsed here
     if command.startswith(("python train.py", "python -m seq2seq.", "cat ")):
         return "run"
     if command.startswith(("python bench/", "python docs/")):
@@ -244,6 +247,19 @@ def test_tool_commands_in_the_docs_run_as_written(
         assert out or tool in ("export", "average"), command
         ran.add(tool)
     assert ran == set(TOOLS)
+
+
+def test_serve_commands_in_the_docs_parse(cli_run: Path, tmp_path: Path) -> None:
+    """`python -m seq2seq.serve ...` runs until it is stopped: here its command line parses
+    with the run's files; tests/test_serve.py starts real servers the same way."""
+    from seq2seq.serve.cli import parse_args
+
+    served = [c for c in all_commands() if kind(c) == "served"]
+    assert served, "the docs show no serve command"
+    for command in served:
+        _, args, _ = with_files(command.replace("seq2seq-serve", "python -m seq2seq.serve"),
+                                cli_run, tmp_path)  # fmt: skip
+        parse_args(args)
 
 
 # --- bench/ and docs/ scripts: their command lines parse ---------------------------------

@@ -1,6 +1,7 @@
 """Decoding from a trained model: greedy, beam search and sampling.
 
-All three are batched, stop when every sequence has produced EOS (or at max_len), and use the
+All three are batched, stop when every sequence has produced EOS (or at max_len: one for the
+batch, or one a row, so that a row's output never depends on the rows beside it), and use the
 decoder's key/value cache: each step feeds only the newest token, and the cross-attention keys
 and values of the source are computed once. Outputs are token ids without BOS, each row ending
 with EOS (unless cut at max_len) and padded after it.
@@ -156,10 +157,18 @@ def _next_token_logits(
     return logits.index_fill(-1, never, float("-inf"))
 
 
+def _limits(max_len: int | Tensor, batch: int, device: torch.device) -> tuple[int, Tensor]:
+    """(the steps to run, each row's limit (B,)) for max_len, one for the batch or one a row."""
+    limits = torch.as_tensor(max_len, dtype=torch.long, device=device).expand(batch)
+    if limits.numel() and int(limits.min()) < 1:
+        raise ValueError(f"max_len must be at least 1, got {int(limits.min())}")
+    return (int(limits.max()) if limits.numel() else 0), limits
+
+
 def _token_by_token(
     model: Seq2SeqTransformer,
     src: Tensor,
-    max_len: int,
+    max_len: int | Tensor,
     pick: Callable[[Tensor], Tensor],
     use_cache: bool = True,
 ) -> Tensor:
@@ -170,7 +179,8 @@ def _token_by_token(
     never = _never_outputs(model, src.device)
     prefix = torch.full((src.size(0), 1), cfg.bos_id, dtype=torch.long, device=src.device)
     finished = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
-    for _ in range(max_len):
+    steps, limits = _limits(max_len, src.size(0), src.device)
+    for produced in range(1, steps + 1):
         step_input = prefix[:, -1:] if use_cache else prefix
         # Only the newest position's logits, with or without the cache: the uncached reference
         # then re-runs the decoder over the prefix, as a naive loop would, but not the output
@@ -178,7 +188,7 @@ def _token_by_token(
         logits = _next_token_logits(model, step_input, memory, memory_keep, cache, never)
         token = pick(logits).masked_fill(finished, cfg.pad_id)
         prefix = torch.cat([prefix, token[:, None]], dim=1)
-        finished |= token == cfg.eos_id
+        finished |= (token == cfg.eos_id) | (limits <= produced)
         if bool(finished.all()):
             break
     return prefix[:, 1:]
@@ -186,14 +196,15 @@ def _token_by_token(
 
 @torch.inference_mode()
 def greedy_decode(
-    model: Seq2SeqTransformer, src: Tensor, max_len: int, use_cache: bool = True
+    model: Seq2SeqTransformer, src: Tensor, max_len: int | Tensor, use_cache: bool = True
 ) -> Tensor:
     """The most likely next token at every step.
 
     Args:
         model: the Transformer, in eval mode.
         src: (B, S) source ids, padded with the config's pad id.
-        max_len: most tokens to produce per sequence, EOS included.
+        max_len: most tokens to produce per sequence, EOS included: one int for every row, or
+            a (B,) tensor of each row's (a row then decodes as it would alone).
         use_cache: False re-runs the decoder over the whole prefix at every step (the slow
             reference the cache is measured and tested against).
 
@@ -207,7 +218,7 @@ def greedy_decode(
 def sample_decode(
     model: Seq2SeqTransformer,
     src: Tensor,
-    max_len: int,
+    max_len: int | Tensor,
     temperature: float = 1.0,
     top_k: int = 0,
     top_p: float = 1.0,
@@ -258,7 +269,7 @@ def filter_logits(logits: Tensor, top_k: int = 0, top_p: float = 1.0) -> Tensor:
 def beam_search(
     model: Seq2SeqTransformer,
     src: Tensor,
-    max_len: int,
+    max_len: int | Tensor,
     beam_size: int = 4,
     length_penalty: float = 1.0,
     n_best: int = 1,
@@ -268,7 +279,9 @@ def beam_search(
     Hypotheses are ranked by log-probability / length ** length_penalty (0: raw log-prob,
     which favours short outputs; 1: per-token average). A hypothesis that has produced EOS stays
     in the beam, frozen, until every beam of every source has finished or max_len is reached,
-    so one tensor holds the whole search (no per-sentence Python lists).
+    so one tensor holds the whole search (no per-sentence Python lists). With a limit a row
+    (max_len a (B,) tensor), a source's beams freeze where its limit ends them, as the loop's
+    end would for that source alone.
 
     Returns:
         tokens (B, n_best, L) and their scores (B, n_best), best first.
@@ -289,8 +302,22 @@ def beam_search(
     length = torch.zeros(b, k, device=device)
     finished = torch.zeros(b, k, dtype=torch.bool, device=device)
     offsets = (torch.arange(b, device=device) * k)[:, None]  # (B, 1)
+    steps, limits = _limits(max_len, b, device)
+    # A source whose beams have all finished leaves the search (its rows of every tensor, the
+    # cache's included): the rest go on as they would have alone, at the cost of the rows left.
+    source = torch.arange(b, device=device)  # the sources still searched, by their row
+    done_tokens: list[tuple[int, Tensor]] = []
+    done_log_prob = torch.empty(b, k, device=device)
+    done_length = torch.empty(b, k, device=device)
 
-    for _ in range(max_len):
+    def retire(which: Tensor) -> None:
+        """Keep the final beams of the searched sources `which` (indices into the rows)."""
+        for i in which.tolist():
+            done_tokens.append((int(source[i]), tokens[i * k : (i + 1) * k, 1:]))
+        done_log_prob[source[which]] = log_prob[which]
+        done_length[source[which]] = length[which]
+
+    for produced in range(1, steps + 1):
         step_input = tokens[:, -1:]
         logits = _next_token_logits(
             model, step_input, memory, memory_keep, cache, never
@@ -298,31 +325,47 @@ def beam_search(
         step = logits.float().log_softmax(-1).view(b, k, -1)  # (B, K, V)
         vocab = step.size(-1)
         # A finished beam can only continue with padding, at no cost.
-        frozen = torch.full_like(step, float("-inf"))
-        frozen[..., cfg.pad_id] = 0.0
-        step = torch.where(finished[..., None], frozen, step)  # (B, K, 1) over the vocabulary
+        step = step.masked_fill(finished[..., None], float("-inf"))
+        step[..., cfg.pad_id] = torch.where(finished, 0.0, step[..., cfg.pad_id])
 
-        # Every beam times every token: (B, K, 1) + (B, K, V), flattened to (B, K*V) candidates.
+        # Every beam times every token: (B, K, 1) + (B, K, V), flattened to (B, K*V) candidates,
+        # each ranked by its log-probability over its length ** length_penalty (a beam's
+        # candidates share a length: the divisor is computed once a beam, not once a token).
         cand_log_prob = (log_prob[..., None] + step).view(b, k * vocab)
-        cand_length = (length + (~finished).float())[..., None].expand(b, k, vocab)
-        cand_length = cand_length.reshape(b, k * vocab)
-        score = cand_log_prob / cand_length.clamp(min=1) ** length_penalty
+        cand_length = length + (~finished).float()  # (B, K)
+        divisor = cand_length.clamp(min=1) ** length_penalty
+        score = (cand_log_prob.view(b, k, vocab) / divisor[..., None]).view(b, k * vocab)
         best = score.topk(k, dim=-1).indices  # (B, K)
         origin, token = best // vocab, best % vocab
 
         log_prob = cand_log_prob.gather(1, best)  # (B, K): the chosen candidates'
-        length = cand_length.gather(1, best)
+        length = cand_length.gather(1, origin)
         finished = finished.gather(1, origin) | (token == cfg.eos_id)  # the beams extended
+        finished |= (limits <= produced)[:, None]  # a source at its limit: its search ends
         rows = (offsets + origin).view(-1)  # (B*K,) which beam each new beam extends
         cache.reorder(rows, within_source=True)  # a beam continues a beam of its own source
         tokens = torch.cat([tokens[rows], token.view(-1, 1)], dim=1)
-        if bool(finished.all()):
+        ended = finished.all(1)  # (B,)
+        if bool(ended.all()):
             break
+        if bool(ended.any()):
+            retire(ended.nonzero().squeeze(1))
+            going = (~ended).nonzero().squeeze(1)
+            rows = (going[:, None] * k + torch.arange(k, device=device)).view(-1)
+            cache.reorder(rows)  # fewer sources: their cross-attention rows too
+            tokens, memory, memory_keep = tokens[rows], memory[rows], memory_keep[rows]
+            log_prob, length, finished = log_prob[going], length[going], finished[going]
+            limits, source = limits[going], source[going]
+            b = going.numel()
+            offsets = (torch.arange(b, device=device) * k)[:, None]
+    retire(torch.arange(b, device=device))
 
-    final = log_prob / length.clamp(min=1) ** length_penalty  # (B, K)
+    final = done_log_prob / done_length.clamp(min=1) ** length_penalty  # (B, K)
     top, order = final.topk(n_best, dim=-1)  # (B, N)
-    # The N best rows of each source's (K, L) tokens: order (B, N) widened to (B, N, L).
-    chosen = (
-        tokens[:, 1:].view(b, k, -1).gather(1, order[..., None].expand(-1, -1, tokens.size(1) - 1))
-    )
+    # Each source's K rows of tokens, padded to the longest search's length, then its N best.
+    width = max(t.size(1) for _, t in done_tokens)
+    all_tokens = torch.full((final.size(0), k, width), cfg.pad_id, dtype=torch.long, device=device)
+    for i, rows_of_source in done_tokens:
+        all_tokens[i, :, : rows_of_source.size(1)] = rows_of_source
+    chosen = all_tokens.gather(1, order[..., None].expand(-1, -1, width))
     return chosen, top

@@ -1,0 +1,161 @@
+"""The HTTP service under load, on loopback: requests and sentences a second, and latency.
+
+    python bench/serve_http.py RUN/checkpoints/BEST.ckpt           # both backends, ~3 minutes
+    python bench/serve_http.py BEST.ckpt --backends torch --requests 64 --levels 1 8
+
+For each backend (the checkpoint, decoded by our own search; its CTranslate2 export, made in a
+temporary directory) and each batching (on: a search takes up to 32 sentences from concurrent
+requests; off: --max-batch 1, one sentence a search), it starts `python -m seq2seq.serve` on
+127.0.0.1 and sends --requests requests of one Tatoeba sentence each (English, from the
+shipped corpus, drawn with a seed) from 1, 8 and 32 client threads at once, each level bounded
+by --seconds. The search is the model's own (beam 5 for the real-text recipe). It prints a
+table (requests a second, which are sentences a second here, and the 50th, 95th and 99th
+percentile latency) and the ratios that matter: batching on over off at 32 clients, and
+CTranslate2 over our search.
+
+The clients run on the same machine as the server: on 2 cores they take some of its time, so
+the figures are a floor. Nothing leaves the machine; nothing is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import random
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(ROOT))
+
+from common import environment, print_table  # noqa: E402
+
+CORPUS = ROOT / "data" / "corpora" / "tatoeba-en-fr" / "en-fr.tsv.gz"
+
+
+def sentences(count: int, seed: int = 0) -> list[str]:
+    """count English sentences of the shipped Tatoeba pairs, drawn with seed."""
+    with gzip.open(CORPUS, "rt", encoding="utf-8") as f:
+        english = [line.split("\t")[0] for line in f.read().splitlines()[1:]]
+    return random.Random(seed).sample(english, count)
+
+
+class Server:
+    """`python -m seq2seq.serve ARGS --port 0` on 127.0.0.1, until stop()."""
+
+    def __init__(self, *args: str) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "seq2seq.serve", *args, "--port", "0", "--host", "127.0.0.1"],
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
+        for line in self.process.stdout:
+            found = re.search(r"on (http://127\.0\.0\.1:\d+)/", line)
+            if found:
+                self.url = found[1]
+                break
+        else:
+            raise SystemExit(f"the server did not start: {self.process.wait()}")
+        threading.Thread(target=lambda: self.process.stdout.read(), daemon=True).start()
+
+    def stop(self) -> None:
+        self.process.send_signal(signal.SIGTERM)
+        self.process.wait(timeout=60)
+
+
+def load(url: str, texts: list[str], clients: int, seconds: float) -> dict:
+    """One request a sentence from `clients` threads at once, until the sentences or the
+    seconds run out: requests a second and latency percentiles (ms)."""
+    import httpx
+
+    latencies: list[float] = []
+    stop_at = time.monotonic() + seconds
+    local = threading.local()
+
+    def send(text: str) -> None:
+        if time.monotonic() > stop_at:
+            return
+        client = getattr(local, "client", None) or httpx.Client(timeout=120)
+        local.client = client
+        start = time.perf_counter()
+        response = client.post(f"{url}/translate", json={"src": text})
+        response.raise_for_status()
+        latencies.append(time.perf_counter() - start)
+
+    start = time.perf_counter()
+    with ThreadPoolExecutor(clients) as pool:
+        list(pool.map(send, texts))
+    wall = time.perf_counter() - start
+    ms = sorted(1000 * x for x in latencies)
+
+    def percentile(p: float) -> float:
+        return ms[min(len(ms) - 1, int(p / 100 * len(ms)))]
+
+    return {
+        "requests": len(ms),
+        "per_second": len(ms) / wall,
+        "p50": statistics.median(ms),
+        "p95": percentile(95),
+        "p99": percentile(99),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("ckpt", help="the real-text model's checkpoint")
+    parser.add_argument("--backends", nargs="+", default=["torch", "ctranslate2"])
+    parser.add_argument("--levels", nargs="+", type=int, default=[1, 8, 32], help="clients")
+    parser.add_argument("--requests", type=int, default=128, help="requests a level")
+    parser.add_argument("--seconds", type=float, default=60, help="at most, a level")
+    args = parser.parse_args()
+    texts = sentences(args.requests + 8)
+    warm, texts = texts[:8], texts[8:]
+    print(f"# {environment()}; {len(texts)} Tatoeba sentences, one a request")
+    rows, results = [], {}
+    with tempfile.TemporaryDirectory() as work:
+        for backend in args.backends:
+            model = [args.ckpt]
+            if backend == "ctranslate2":
+                from seq2seq.export import export
+
+                model = ["--model", str(export(args.ckpt, Path(work) / "ct2"))]
+            for batching, max_batch in (("on", "32"), ("off", "1")):
+                server = Server(*model, "--max-batch", max_batch, "--timeout", "300")
+                try:
+                    load(server.url, warm, 4, 60)
+                    for clients in args.levels:
+                        found = load(server.url, texts, clients, args.seconds)
+                        results[backend, batching, clients] = found
+                        rows.append([
+                            backend, batching, clients, found["requests"],
+                            f"{found['per_second']:.1f}", f"{found['p50']:.0f}",
+                            f"{found['p95']:.0f}", f"{found['p99']:.0f}",
+                        ])  # fmt: skip
+                finally:
+                    server.stop()
+    print_table(
+        ["backend", "batching", "clients", "requests", "sentences/s", "p50 ms", "p95 ms",
+         "p99 ms"], rows,
+    )  # fmt: skip
+    top = max(args.levels)
+    for backend in args.backends:
+        on, off = results.get((backend, "on", top)), results.get((backend, "off", top))
+        if on and off:
+            ratio = on["per_second"] / off["per_second"]
+            print(f"{backend}: batching on / off at {top} clients: {ratio:.2f}x sentences/s")
+    both = [results.get((b, "on", top)) for b in ("ctranslate2", "torch")]
+    if all(both):
+        ratio = both[0]["per_second"] / both[1]["per_second"]
+        print(f"ctranslate2 / torch, batching on, {top} clients: {ratio:.2f}x sentences/s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,495 @@
+"""The HTTP service and its page, as users meet them: FastAPI's TestClient for the schema and
+every error; real servers (`python -m seq2seq.serve`, uvicorn on a free loopback port) for
+answers that equal translate's whatever the concurrency, auth, limits, the deadline and a
+SIGTERM drain; and a real browser (Debian's chromium, driven by Playwright) on the page.
+
+The extra `serve` (and Playwright, in `dev`) may be left out deliberately: the tests then skip,
+except in CI (CI=true), where a missing piece fails them."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from helpers import ROOT
+
+
+def need(module: str):
+    try:
+        return __import__(module)
+    except ImportError:
+        if os.environ.get("CI"):
+            raise
+        pytest.skip(
+            f"{module} is not installed (pip install -e '.[serve]')", allow_module_level=True
+        )
+
+
+need("fastapi")
+httpx = need("httpx")
+
+from fastapi.testclient import TestClient  # noqa: E402
+
+from seq2seq.serve.app import Limits, create_app  # noqa: E402
+from seq2seq.serve.engine import Engine  # noqa: E402
+from seq2seq.translate import parse_args, translate  # noqa: E402
+
+SENTENCES = [" ".join(random.Random(i).choices("0123456789", k=1 + i % 9)) for i in range(40)]
+
+
+def translated(model: list[str], texts: list[str], *options: str) -> list[str]:
+    """What `python -m seq2seq.translate` prints for these inputs and options, line by line."""
+    import torch
+
+    with torch.inference_mode():
+        return translate(parse_args([*model, *options, *texts]))
+
+
+@pytest.fixture(scope="module")
+def ckpt(trained) -> str:
+    return trained[0]["best_checkpoint"]
+
+
+@pytest.fixture(scope="module")
+def engine(ckpt: str) -> Engine:
+    return Engine(ckpt)
+
+
+@pytest.fixture(scope="module")
+def client(engine: Engine):
+    limits = Limits(max_sentences=10, max_chars=200)
+    with TestClient(create_app(engine, limits)) as test_client:
+        yield test_client
+
+
+def one_line_error(response, status: int) -> str:
+    assert response.status_code == status, response.text
+    body = response.json()
+    assert set(body) == {"error"} and "\n" not in body["error"], body
+    return body["error"]
+
+
+# --- the app, in process ----------------------------------------------------------------------
+
+
+def test_the_schema_documents_every_endpoint_and_the_page_is_served(client) -> None:
+    schema = client.get("/openapi.json").json()
+    assert {"/health", "/info", "/translate", "/attention"} <= set(schema["paths"])
+    fields = schema["components"]["schemas"]["TranslateRequest"]["properties"]
+    assert {"src", "beam", "n_best", "length_penalty", "max_len", "sample", "seed"} <= set(fields)
+    assert client.get("/docs").status_code == 200
+    page = client.get("/")
+    assert page.status_code == 200 and 'id="heatmap"' in page.text
+    assert "http" not in re.sub(r"<!--.*?-->", "", page.text)  # nothing fetched from elsewhere
+    assert client.get("/health").json()["status"] == "ok"
+
+
+def test_info_says_what_is_loaded_and_how_it_tested(client, ckpt, trained) -> None:
+    import hashlib
+
+    info = client.get("/info").json()
+    assert info["backend"] == "torch" and info["path"] == str(Path(ckpt).resolve())
+    assert info["sha256"] == hashlib.sha256(Path(ckpt).read_bytes()).hexdigest()
+    assert info["parameters"] == 235_264 and info["tokenizer"]["src_vocab_size"] == 14
+    assert info["decoding"] == {"max_len_a": 1.0, "max_len_b": 5, "beam_size": 1,
+                                "length_penalty": 1.0}  # fmt: skip
+    assert info["test"] == trained[0]["test"]  # the run tested this checkpoint
+    assert info["signatures"]["bleu"].startswith("nrefs:1|")
+
+
+@pytest.mark.parametrize(
+    "options",
+    [[], ["--beam", "3"], ["--beam", "4", "--n-best", "3"], ["--sample", "--seed", "7"],
+     ["--max-len", "3"], ["--beam", "3", "--length-penalty", "0.5"]],
+    ids=["greedy", "beam", "n-best", "sampling", "max-len", "length-penalty"],
+)  # fmt: skip
+def test_answers_are_what_translate_prints(client, ckpt, options: list[str]) -> None:
+    """A string gives a string, a list a list (blank lines: empty outputs), each as
+    `python -m seq2seq.translate` prints it for the same inputs and options."""
+    body: dict = {}
+    for name, value in itertools.pairwise([*options, None]):
+        if name.startswith("--"):
+            key = name[2:].replace("-", "_")
+            is_flag = value is None or value.startswith("--")
+            body[key] = True if is_flag else float(value) if "." in value else int(value)
+    texts = [*SENTENCES[:6], "", *SENTENCES[6:8]]
+    expected = translated(["--ckpt", ckpt], texts, *options)
+    answer = client.post("/translate", json={"src": texts, **body}).json()
+    n_best = body.get("n_best", 1)
+    if n_best == 1:
+        assert answer["tgt"] == expected
+        single = client.post("/translate", json={"src": texts[0], **body}).json()
+        alone = translated(["--ckpt", ckpt], texts[:1], *options)  # a draw: the batch's own
+        assert single["tgt"] == alone[0] and isinstance(single["n_best"], list)
+    else:  # translate prints INDEX<TAB>SCORE<TAB>OUTPUT, n_best lines an input
+        lines = [
+            f"{i}\t{math.nan if h['score'] is None else h['score']:.4f}\t{h['tgt']}"
+            for i, hyps in enumerate(answer["n_best"])
+            for h in hyps
+        ]
+        assert lines == expected
+    assert answer["time_s"] > 0 and answer["warnings"] == []
+
+
+BAD = [
+    ("{src", 422, "the body is not valid JSON"),
+    ("[]", 422, "the body must be a JSON object"),
+    ({"src": 5}, 422, "src must be a sentence (a string) or a list of them, got 5"),
+    ({"src": ["1 2", 3]}, 422, "src[1] must be a string, got 3"),
+    ({"src": []}, 422, "src is an empty list: send at least one sentence"),
+    ({}, 422, 'src is missing: send {"src": ...}'),
+    ({"src": "1", "beem": 2}, 422, "beem is not a setting of this endpoint; did you mean beam?"),
+    ({"src": "1", "beam": 0}, 422, "beam must be at least 1, got 0"),
+    ({"src": "1", "beam": "4"}, 422, 'beam: input should be a valid integer, got "4"'),
+    ({"src": "1", "beam": 2, "n_best": 3}, 422, "n_best 3 needs a beam at least as wide"),
+    ({"src": "1", "sample": True, "beam": 2}, 422, "sample draws one output per input"),
+    ({"src": "1", "temperature": 0}, 422, "temperature must be a positive number, got 0"),
+    ({"src": "1", "top_p": 1.5}, 422, "top_p must be in (0, 1], got 1.5"),
+    ({"src": "1", "top_k": -1}, 422, "top_k must be 0 (all tokens) or more, got -1"),
+    ({"src": "1", "seed": -1}, 422, "seed must be 0 or more, got -1"),
+    ({"src": "1", "max_len": 0}, 422, "max_len must be at least 1, got 0"),
+    ({"src": ["1"] * 11}, 413, "src has 11 sentences, more than this server's --max-sentences 10"),
+    ({"src": ["1 " * 60, "2 " * 60]}, 413, "src has 240 characters, more than this server's"),
+    ({"src": "1 " * 80}, 422, "src[0] has 80 tokens, more than the model's 64: shorten it, or"),
+]
+
+
+@pytest.mark.parametrize(("body", "status", "message"), BAD, ids=[m[:24] for *_, m in BAD])
+def test_bad_requests_get_one_line_naming_the_field_and_the_server_goes_on(
+    client, body, status: int, message: str
+) -> None:
+    content = body if isinstance(body, str) else json.dumps(body)
+    response = client.post(
+        "/translate", content=content, headers={"Content-Type": "application/json"}
+    )
+    assert message in one_line_error(response, status)
+    assert client.post("/translate", json={"src": "1 2 3"}).status_code == 200
+
+
+def test_unknown_paths_and_methods_and_attention_errors_are_one_line(client) -> None:
+    assert one_line_error(client.get("/nowhere"), 404) == "no endpoint GET /nowhere: see /docs"
+    assert "does not take GET" in one_line_error(client.get("/translate"), 405)
+    assert "src is blank" in one_line_error(client.post("/attention", json={"src": "  "}), 422)
+    error = one_line_error(client.post("/attention", json={"src": "1", "n_best": 2}), 422)
+    assert error.startswith("n_best is not a setting of this endpoint")
+
+
+def test_a_long_sentence_is_cut_when_the_request_asks(client, ckpt) -> None:
+    long = " ".join("7" * 70)
+    answer = client.post("/translate", json={"src": long, "truncate": True}).json()
+    assert answer["tgt"] == translated(["--ckpt", ckpt], [long], "--truncate")[0]
+
+
+def test_unknown_tokens_are_counted_as_translate_warns(client) -> None:
+    answer = client.post("/translate", json={"src": ["1 x 2 y", "3"]}).json()
+    assert answer["warnings"] == ["src[0]: 2 unknown token(s) mapped to <unk>"]
+
+
+def test_attention_is_every_layer_and_head_of_the_output_shown(client, engine, ckpt) -> None:
+    """The best output for the search asked, and the attention the checkpoint's model gives
+    while producing it (TrainedModel.attention, what inspect --attention draws)."""
+    import torch
+
+    text = SENTENCES[12]
+    answer = client.post("/attention", json={"src": text, "beam": 3}).json()
+    assert answer["tgt"] == translated(["--ckpt", ckpt], [text], "--beam", "3")[0]
+    module = engine.model.module
+    src = module.src_vocab.encode(text)
+    assert answer["src_tokens"] == text.split()
+    assert answer["tgt_tokens"][-1] == "<eos>"
+    output = [module.tgt_vocab.stoi[t] for t in answer["tgt_tokens"]]
+    reference = module.attention(src, output)
+    config = module.config
+    for kind, rows, cols in (("cross", len(output), len(src)), ("self", len(output),
+                              len(output)), ("encoder", len(src), len(src))):  # fmt: skip
+        layers = config.num_encoder_layers if kind == "encoder" else config.num_decoder_layers
+        got = torch.tensor(answer[kind], dtype=torch.float64)
+        assert got.shape == (layers, config.num_heads, rows, cols)
+        torch.testing.assert_close(got, torch.stack(reference[kind]).double(), atol=5e-5, rtol=0)
+        torch.testing.assert_close(got.sum(-1), torch.ones(got.shape[:-1], dtype=got.dtype),
+                                   atol=1e-3, rtol=0)  # fmt: skip
+    assert torch.tensor(answer["self"]).triu(1).abs().max() == 0  # causal
+
+
+class SlowEngine:
+    """The real engine, each search held back by `delay` s (and made to fail when asked)."""
+
+    def __init__(self, engine: Engine, delay: float) -> None:
+        self.engine, self.delay, self.fail, self.decoded = engine, delay, False, []
+        self.searching = threading.Event()
+
+    def __getattr__(self, name: str):
+        return getattr(self.engine, name)
+
+    def generate(self, sentences, search, seed=None):
+        self.searching.set()
+        time.sleep(self.delay)
+        if self.fail:
+            self.fail = False
+            raise RuntimeError("the search broke")
+        self.decoded.extend(s.ids for s in sentences)
+        return self.engine.generate(sentences, search, seed)
+
+
+def test_past_the_deadline_504_a_full_queue_503_a_failed_search_500(engine) -> None:
+    slow = SlowEngine(engine, delay=0.4)
+    limits = Limits(timeout_s=0.15, max_queue=3)
+    with TestClient(create_app(slow, limits)) as slow_client:
+        error = one_line_error(slow_client.post("/translate", json={"src": "1 2"}), 504)
+        assert error.startswith("no answer within the server's --timeout of 0.15 s")
+        error = one_line_error(slow_client.post("/translate", json={"src": ["1"] * 4}), 503)
+        assert "the server is busy" in error and "--max-queue 3" in error
+    with TestClient(create_app(slow, Limits(timeout_s=5))) as slow_client:
+        slow.fail = True
+        error = one_line_error(slow_client.post("/translate", json={"src": "1 2"}), 500)
+        assert error == "the search failed: the search broke"
+        assert slow_client.post("/translate", json={"src": "1 2"}).status_code == 200
+
+
+def test_a_token_guards_every_endpoint_but_health_and_the_page(engine) -> None:
+    with TestClient(create_app(engine, token="s3cret")) as guarded:
+        for method, path in (("get", "/info"), ("post", "/translate"), ("post", "/attention")):
+
+            def call(headers: dict | None = None, method=method, path=path):
+                body = {"json": {"src": "1"}} if method == "post" else {}
+                return guarded.request(method, path, headers=headers, **body)
+
+            response = call()
+            assert "needs its token" in one_line_error(response, 401)
+            assert response.headers["www-authenticate"] == "Bearer"
+            assert call({"Authorization": "Bearer no"}).status_code == 401
+            assert call({"Authorization": "Bearer s3cret"}).status_code == 200
+        assert guarded.get("/health").status_code == 200 and guarded.get("/").status_code == 200
+
+
+def test_the_export_serves_what_translate_model_prints(ckpt, tmp_path: Path) -> None:
+    need("ctranslate2")
+    from seq2seq.export import export
+
+    exported = export(ckpt, tmp_path / "ct2")
+    with TestClient(create_app(Engine(model_dir=str(exported)))) as ct2:
+        texts = SENTENCES[:10]
+        for options, body in (([], {}), (["--beam", "3", "--n-best", "1"], {"beam": 3})):
+            answer = ct2.post("/translate", json={"src": texts, **body}).json()
+            assert answer["tgt"] == translated(["--model", str(exported)], texts, *options)
+        assert ct2.get("/info").json()["backend"] == "ctranslate2"
+        error = one_line_error(ct2.post("/attention", json={"src": "1 2"}), 501)
+        assert error.startswith("attention needs the checkpoint: serve it with")
+
+
+# --- real servers on loopback ------------------------------------------------------------------
+
+
+class Server:
+    """`python -m seq2seq.serve ARGS --port 0` in its own process, on 127.0.0.1."""
+
+    def __init__(self, *args: str) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "seq2seq.serve", *args, "--port", "0"], cwd=ROOT,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
+        self.output: list[str] = []
+        self.url = ""
+
+    def ready(self) -> Server:
+        """Once the server says where it listens and answers /health."""
+        deadline = time.monotonic() + 120
+        while not self.url:
+            line = self.process.stdout.readline()
+            if not line:
+                pytest.fail(f"the server ended: {''.join(self.output)[-3000:]}")
+            self.output.append(line)
+            found = re.search(r"on (http://127\.0\.0\.1:\d+)/", line)
+            self.url = found[1] if found else ""
+        threading.Thread(target=self._drain, daemon=True).start()
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
+                    return self
+            except httpx.TransportError:
+                time.sleep(0.05)
+        pytest.fail("the server never answered /health")
+
+    def _drain(self) -> None:
+        for line in self.process.stdout:
+            self.output.append(line)
+
+    def stop(self) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(timeout=60)
+
+
+@pytest.fixture(scope="module")
+def servers(ckpt: str):
+    """A: open, batching over 50 ms; B: a token and a 0.3 s deadline that a 1 s batching wait
+    always passes; C: a 1 s batching wait, for the SIGTERM drain. Started together."""
+    made = {
+        "A": Server(ckpt, "--wait-ms", "50", "--max-sentences", "40"),
+        "B": Server(ckpt, "--token", "s3cret", "--timeout", "0.3", "--wait-ms", "1000"),
+        "C": Server(ckpt, "--wait-ms", "1000"),
+    }
+    try:
+        yield {name: server.ready() for name, server in made.items()}
+    finally:
+        for server in made.values():
+            server.stop()
+
+
+def test_a_real_server_answers_as_translate_whatever_else_is_in_the_batch(servers, ckpt) -> None:
+    """32 requests at once, greedy and beam mixed, one sentence each: every answer equals
+    that sentence's answer alone and translate's output, and the server searched them in
+    fewer searches than requests (batching across requests)."""
+    url = servers["A"].url
+    requests = [{"src": SENTENCES[i], **({"beam": 3} if i % 2 else {})} for i in range(32)]
+    alone = [httpx.post(f"{url}/translate", json=r, timeout=30).json()["tgt"] for r in requests]
+    before = httpx.get(f"{url}/health").json()
+    with ThreadPoolExecutor(32) as pool:
+        answers = list(pool.map(lambda r: httpx.post(f"{url}/translate", json=r, timeout=60),
+                                requests))  # fmt: skip
+    after = httpx.get(f"{url}/health").json()
+    assert [a.json()["tgt"] for a in answers] == alone
+    greedy = translated(["--ckpt", ckpt], SENTENCES[0:32:2])
+    beam = translated(["--ckpt", ckpt], SENTENCES[1:32:2], "--beam", "3")
+    assert alone[0::2] == greedy and alone[1::2] == beam
+    searches, sentences = (after[k] - before[k] for k in ("searches", "sentences"))
+    assert sentences == 32 and searches < 32, (searches, sentences)
+    listed = httpx.post(f"{url}/translate", json={"src": SENTENCES[:40]}, timeout=30).json()
+    assert listed["tgt"] == translated(["--ckpt", ckpt], SENTENCES[:40])
+    too_many = httpx.post(f"{url}/translate", json={"src": [*SENTENCES[:40], "1"]}, timeout=30)
+    assert "--max-sentences 40" in one_line_error(too_many, 413)
+
+
+def test_a_real_server_with_a_token_and_a_deadline(servers) -> None:
+    url, right = servers["B"].url, {"Authorization": "Bearer s3cret"}
+    assert httpx.get(f"{url}/info").status_code == 401
+    assert httpx.get(f"{url}/info", headers=right).json()["auth"] is True
+    late = httpx.post(f"{url}/translate", json={"src": "1 2"}, headers=right, timeout=30)
+    assert "--timeout of 0.3 s" in one_line_error(late, 504)
+    assert httpx.get(f"{url}/health").json()["status"] == "ok"  # and it goes on
+
+
+def test_sigterm_lets_the_requests_in_flight_finish_then_exits_0(servers, ckpt) -> None:
+    server = servers["C"]
+    answers: list = []
+    sending = threading.Thread(
+        target=lambda: answers.append(
+            httpx.post(f"{server.url}/translate", json={"src": SENTENCES[:5]}, timeout=60)
+        )
+    )
+    sending.start()
+    time.sleep(0.4)  # the request waits in the worker's 1 s batching window
+    server.process.send_signal(signal.SIGTERM)
+    sending.join(timeout=60)
+    assert server.process.wait(timeout=60) == 0
+    (answer,) = answers
+    assert answer.status_code == 200
+    assert answer.json()["tgt"] == translated(["--ckpt", ckpt], SENTENCES[:5])
+    assert "stopped by SIGTERM; the requests in flight were answered" in "".join(server.output)
+    with pytest.raises(httpx.TransportError):  # no longer listening
+        httpx.get(f"{server.url}/health", timeout=2)
+
+
+def test_a_client_that_goes_away_is_never_decoded_for(engine) -> None:
+    """A request whose client disconnects while it waits (here: a client timeout while the
+    worker is busy) is cancelled: its sentence is never decoded, and the server goes on."""
+    import uvicorn
+
+    slow = SlowEngine(engine, delay=1.2)  # the server looks for gone clients every 0.25 s
+    config = uvicorn.Config(create_app(slow, Limits(wait_ms=0)), host="127.0.0.1", port=0,
+                            log_level="warning")  # fmt: skip
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.02)
+    url = f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}"
+    try:
+        busy = threading.Thread(
+            target=lambda: httpx.post(f"{url}/translate", json={"src": "1 1"}, timeout=30)
+        )
+        busy.start()
+        assert slow.searching.wait(timeout=30)  # the worker is in the first search
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(f"{url}/translate", json={"src": "9 9 9"}, timeout=0.3)
+        busy.join()
+        time.sleep(0.3)
+        assert httpx.post(f"{url}/translate", json={"src": "2 2"}, timeout=30).status_code == 200
+        gone = engine.model.src_vocab.encode("9 9 9")
+        assert gone not in slow.decoded and len(slow.decoded) == 2, slow.decoded
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+
+
+# --- the page, in a real browser ----------------------------------------------------------------
+
+
+def test_the_page_translates_and_draws_the_attention_of_the_chosen_layer_and_head(
+    servers, ckpt, tmp_path: Path
+) -> None:
+    """Debian's chromium, through Playwright: type a sentence, click Translate; the output is
+    translate's, and the heat map is drawn for the chosen kind, layer and head from /attention."""
+    from helpers import drive_page
+
+    if not shutil.which("chromium"):
+        if os.environ.get("CI"):
+            pytest.fail("chromium is missing: .ci/run installs it (apt-get install chromium)")
+        pytest.skip("chromium is not installed (apt-get install chromium)")
+    need("playwright")
+    url, text = servers["A"].url, SENTENCES[7]
+    shown = drive_page(url, text, tmp_path / "page.png", kind="cross", layer=1, head=2)
+    assert shown["tgt"] == translated(["--ckpt", ckpt], [text])[0]
+    assert shown["error"] == ""
+    attention = httpx.post(f"{url}/attention", json={"src": text, "beam": 1}).json()
+    assert shown["table"] == {"kind": "cross", "layer": "1", "head": "2"}
+    assert shown["rows"] == attention["tgt_tokens"] and shown["cols"] == attention["src_tokens"]
+    expected = [[f"{v:.4f}" for v in row] for row in attention["cross"][1][2]]
+    assert shown["cells"] == expected
+    assert (tmp_path / "page.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_bad_serve_options_and_models_are_one_line_before_it_listens(ckpt, tmp_path, capsys):
+    import socket
+
+    from seq2seq.serve import cli
+
+    with pytest.raises(SystemExit) as stop:
+        cli.main([])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "error: give a checkpoint (CKPT) or an export (--model DIR), one of them "
+        "(see python -m seq2seq.serve --help)"
+    ]
+    for argv, message in (
+        ([str(tmp_path / "none.ckpt")], f"error: checkpoint {tmp_path / 'none.ckpt'} does not"),
+        (["--model", str(tmp_path)], f"error: --model {tmp_path} is not a seq2seq export"),
+    ):
+        assert cli.main(argv) == 1
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert line.startswith(message), line
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    try:
+        assert cli.main([ckpt, "--port", str(taken.getsockname()[1])]) == 1
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert (
+            line.startswith("error: cannot listen on 127.0.0.1:") and "pick another --port" in line
+        )
+    finally:
+        taken.close()
