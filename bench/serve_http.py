@@ -115,6 +115,7 @@ def main() -> None:
     parser.add_argument("--levels", nargs="+", type=int, default=[1, 8, 32], help="clients")
     parser.add_argument("--requests", type=int, default=128, help="requests a level")
     parser.add_argument("--seconds", type=float, default=60, help="at most, a level")
+    parser.add_argument("--wait-ms", default="20", help="the server's --wait-ms, batching on")
     args = parser.parse_args()
     texts = sentences(args.requests + 8)
     warm, texts = texts[:8], texts[8:]
@@ -128,7 +129,10 @@ def main() -> None:
 
                 model = ["--model", str(export(args.ckpt, Path(work) / "ct2"))]
             for batching, max_batch in (("on", "32"), ("off", "1")):
-                server = Server(*model, "--max-batch", max_batch, "--timeout", "300")
+                wait = args.wait_ms if batching == "on" else "0"
+                server = Server(
+                    *model, "--max-batch", max_batch, "--wait-ms", wait, "--timeout", "300"
+                )
                 try:
                     load(server.url, warm, 4, 60)
                     for clients in args.levels:

@@ -335,8 +335,10 @@ class Server:
 
 @pytest.fixture(scope="module")
 def servers(ckpt: str):
-    """A: open, batching over 50 ms; B: a token and a 0.3 s deadline that a 1 s batching wait
-    always passes; C: a 1 s batching wait, for the SIGTERM drain. Started together."""
+    """A: open, batching over 50 ms; B: a token and a 0.3 s deadline; C: for the SIGTERM
+    drain. B and C may wait 1 s for company: once a search has held 5 sentences, a lone one
+    waits that long for as many again (so B's passes its deadline, and C's is in flight when
+    the signal comes). Started together."""
     made = {
         "A": Server(ckpt, "--wait-ms", "50", "--max-sentences", "40"),
         "B": Server(ckpt, "--token", "s3cret", "--timeout", "0.3", "--wait-ms", "1000"),
@@ -377,6 +379,8 @@ def test_a_real_server_with_a_token_and_a_deadline(servers) -> None:
     url, right = servers["B"].url, {"Authorization": "Bearer s3cret"}
     assert httpx.get(f"{url}/info").status_code == 401
     assert httpx.get(f"{url}/info", headers=right).json()["auth"] is True
+    five = httpx.post(f"{url}/translate", json={"src": SENTENCES[:5]}, headers=right, timeout=30)
+    assert five.status_code == 200  # no company to wait for: answered at once
     late = httpx.post(f"{url}/translate", json={"src": "1 2"}, headers=right, timeout=30)
     assert "--timeout of 0.3 s" in one_line_error(late, 504)
     assert httpx.get(f"{url}/health").json()["status"] == "ok"  # and it goes on
@@ -384,20 +388,26 @@ def test_a_real_server_with_a_token_and_a_deadline(servers) -> None:
 
 def test_sigterm_lets_the_requests_in_flight_finish_then_exits_0(servers, ckpt) -> None:
     server = servers["C"]
+    # A round of 5 sentences: the worker then waits (up to its 1 s) for as many again, so the
+    # next request is still in flight when SIGTERM comes.
+    httpx.post(f"{server.url}/translate", json={"src": SENTENCES[:5]}, timeout=60)
     answers: list = []
-    sending = threading.Thread(
-        target=lambda: answers.append(
-            httpx.post(f"{server.url}/translate", json={"src": SENTENCES[:5]}, timeout=60)
-        )
-    )
+
+    def send() -> None:
+        answer = httpx.post(f"{server.url}/translate", json={"src": SENTENCES[5]}, timeout=60)
+        answers.append((answer, time.monotonic()))
+
+    sending = threading.Thread(target=send)
     sending.start()
-    time.sleep(0.4)  # the request waits in the worker's 1 s batching window
+    time.sleep(0.4)
+    signalled = time.monotonic()
     server.process.send_signal(signal.SIGTERM)
     sending.join(timeout=60)
     assert server.process.wait(timeout=60) == 0
-    (answer,) = answers
+    ((answer, answered),) = answers
+    assert answered > signalled  # it was in flight when the signal came
     assert answer.status_code == 200
-    assert answer.json()["tgt"] == translated(["--ckpt", ckpt], SENTENCES[:5])
+    assert answer.json()["tgt"] == translated(["--ckpt", ckpt], SENTENCES[5:6])[0]
     assert "stopped by SIGTERM; the requests in flight were answered" in "".join(server.output)
     with pytest.raises(httpx.TransportError):  # no longer listening
         httpx.get(f"{server.url}/health", timeout=2)

@@ -50,7 +50,7 @@ class Limits:
     timeout_s: float = 30.0  # from arrival to answer; past it, 504
     max_queue: int = 4096  # sentences waiting; past it, 503
     max_batch: int = 32  # sentences one search decodes together (1: no batching)
-    wait_ms: float = 5.0  # how long the worker waits for more sentences to batch
+    wait_ms: float = 20.0  # how long the worker may wait for more sentences to batch
 
 
 class Search(BaseModel):
