@@ -503,3 +503,13 @@ def test_bad_serve_options_and_models_are_one_line_before_it_listens(ckpt, tmp_p
         )
     finally:
         taken.close()
+
+
+def test_the_token_comes_from_the_option_or_the_environment(ckpt, monkeypatch) -> None:
+    from seq2seq.serve.cli import TOKEN_VARIABLE, parse_args
+
+    monkeypatch.delenv(TOKEN_VARIABLE, raising=False)
+    assert parse_args([ckpt]).token is None  # open
+    monkeypatch.setenv(TOKEN_VARIABLE, "from-env")
+    assert parse_args([ckpt]).token == "from-env"
+    assert parse_args([ckpt, "--token", "given"]).token == "given"
