@@ -53,7 +53,7 @@ class Limits:
     wait_ms: float = 20.0  # how long the worker may wait for more sentences to batch
 
 
-class Search(BaseModel):
+class SearchSettings(BaseModel):
     """translate's search options (None: the model's own)."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
@@ -64,7 +64,7 @@ class Search(BaseModel):
     truncate: bool = Field(False, description="cut a sentence longer than the model accepts")
 
 
-class TranslateRequest(Search):
+class TranslateRequest(SearchSettings):
     src: str | list[str] = Field(description="a sentence, or a list of them")
     n_best: int = Field(1, description="outputs a sentence (<= beam)")
     sample: bool = Field(False, description="draw each token instead of searching")
@@ -74,7 +74,7 @@ class TranslateRequest(Search):
     seed: int = Field(0, description="where sampling's draw starts")
 
 
-class AttentionRequest(Search):
+class AttentionRequest(SearchSettings):
     src: str = Field(description="one sentence")
 
 
@@ -175,7 +175,7 @@ def create_app(
                 job.cancelled = True
                 return None
 
-    def checked(body: Search, texts: list[str], **more: Any) -> tuple:
+    def checked(body: SearchSettings, texts: list[str], **more: Any) -> tuple:
         if not texts:
             raise RequestError("src is an empty list: send at least one sentence")
         if len(texts) > limits.max_sentences:
