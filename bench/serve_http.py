@@ -1,7 +1,7 @@
 """The HTTP service under load, on loopback: requests and sentences a second, and latency.
 
-    python bench/serve_http.py RUN/checkpoints/BEST.ckpt           # both backends, ~3 minutes
-    python bench/serve_http.py BEST.ckpt --backends torch --requests 64 --levels 1 8
+    python bench/serve_http.py RUN/checkpoints/BEST.ckpt           # both backends, ~8 minutes
+    python bench/serve_http.py BEST.ckpt --backends torch --requests 64 --levels 1 8 --repeats 1
 
 For each backend (the checkpoint, decoded by our own search; its CTranslate2 export, made in a
 temporary directory) and each batching (on: a search takes up to 32 sentences from concurrent
@@ -10,8 +10,9 @@ requests; off: --max-batch 1, one sentence a search), it starts `python -m seq2s
 shipped corpus, drawn with a seed) from 1, 8 and 32 client threads at once, each level bounded
 by --seconds. The search is the model's own (beam 5 for the real-text recipe). It prints a
 table (requests a second, which are sentences a second here, and the 50th, 95th and 99th
-percentile latency) and the ratios that matter: batching on over off at 32 clients, and
-CTranslate2 over our search.
+percentile latency), medians of --repeats rounds in which every server runs in turn, and the
+ratios that matter: batching on over off at 32 clients (each round's too), and CTranslate2
+over our search.
 
 The clients run on the same machine as the server: on 2 cores they take some of its time, so
 the figures are a floor. Nothing leaves the machine; nothing is asserted.
@@ -113,38 +114,49 @@ def main() -> None:
     parser.add_argument("ckpt", help="the real-text model's checkpoint")
     parser.add_argument("--backends", nargs="+", default=["torch", "ctranslate2"])
     parser.add_argument("--levels", nargs="+", type=int, default=[1, 8, 32], help="clients")
-    parser.add_argument("--requests", type=int, default=128, help="requests a level")
+    parser.add_argument("--requests", type=int, default=256, help="requests a level")
     parser.add_argument("--seconds", type=float, default=60, help="at most, a level")
     parser.add_argument("--wait-ms", default="20", help="the server's --wait-ms, batching on")
+    parser.add_argument(
+        "--repeats", type=int, default=3,
+        help="rounds of every server, on and off in turn: medians, and each round's ratio",
+    )  # fmt: skip
     args = parser.parse_args()
     texts = sentences(args.requests + 8)
     warm, texts = texts[:8], texts[8:]
-    print(f"# {environment()}; {len(texts)} Tatoeba sentences, one a request")
-    rows, results = [], {}
+    print(f"# {environment()}; {len(texts)} Tatoeba sentences, one a request; "
+          f"medians of {args.repeats} rounds")  # fmt: skip
+    results: dict[tuple, list[dict]] = {}
     with tempfile.TemporaryDirectory() as work:
-        for backend in args.backends:
-            model = [args.ckpt]
-            if backend == "ctranslate2":
-                from seq2seq.export import export
+        models = {"torch": [args.ckpt]}
+        if "ctranslate2" in args.backends:
+            from seq2seq.export import export
 
-                model = ["--model", str(export(args.ckpt, Path(work) / "ct2"))]
-            for batching, max_batch in (("on", "32"), ("off", "1")):
-                wait = args.wait_ms if batching == "on" else "0"
-                server = Server(
-                    *model, "--max-batch", max_batch, "--wait-ms", wait, "--timeout", "300"
-                )
-                try:
-                    load(server.url, warm, 4, 60)
-                    for clients in args.levels:
-                        found = load(server.url, texts, clients, args.seconds)
-                        results[backend, batching, clients] = found
-                        rows.append([
-                            backend, batching, clients, found["requests"],
-                            f"{found['per_second']:.1f}", f"{found['p50']:.0f}",
-                            f"{found['p95']:.0f}", f"{found['p99']:.0f}",
-                        ])  # fmt: skip
-                finally:
-                    server.stop()
+            models["ctranslate2"] = ["--model", str(export(args.ckpt, Path(work) / "ct2"))]
+        for _ in range(args.repeats):  # on and off side by side in each round: the machine's
+            for backend in args.backends:  # other load moves both alike
+                for batching, max_batch in (("on", "32"), ("off", "1")):
+                    wait = args.wait_ms if batching == "on" else "0"
+                    server = Server(
+                        *models[backend], "--max-batch", max_batch, "--wait-ms", wait,
+                        "--timeout", "300",
+                    )  # fmt: skip
+                    try:
+                        load(server.url, warm, 4, 60)
+                        for clients in args.levels:
+                            found = load(server.url, texts, clients, args.seconds)
+                            results.setdefault((backend, batching, clients), []).append(found)
+                    finally:
+                        server.stop()
+
+    def median(key: tuple, stat: str) -> float:
+        return statistics.median(r[stat] for r in results[key])
+
+    rows = [
+        [*key, results[key][0]["requests"], f"{median(key, 'per_second'):.1f}",
+         *(f"{median(key, p):.0f}" for p in ("p50", "p95", "p99"))]
+        for key in results
+    ]  # fmt: skip
     print_table(
         ["backend", "batching", "clients", "requests", "sentences/s", "p50 ms", "p95 ms",
          "p99 ms"], rows,
@@ -153,11 +165,17 @@ def main() -> None:
     for backend in args.backends:
         on, off = results.get((backend, "on", top)), results.get((backend, "off", top))
         if on and off:
-            ratio = on["per_second"] / off["per_second"]
-            print(f"{backend}: batching on / off at {top} clients: {ratio:.2f}x sentences/s")
-    both = [results.get((b, "on", top)) for b in ("ctranslate2", "torch")]
-    if all(both):
-        ratio = both[0]["per_second"] / both[1]["per_second"]
+            rounds = [a["per_second"] / b["per_second"] for a, b in zip(on, off, strict=True)]
+            ratio = median((backend, "on", top), "per_second") / median(
+                (backend, "off", top), "per_second"
+            )
+            each = ", ".join(f"{r:.2f}" for r in rounds)
+            print(f"{backend}: batching on / off at {top} clients: {ratio:.2f}x sentences/s "
+                  f"(each round: {each})")  # fmt: skip
+    if all((b, "on", top) in results for b in ("ctranslate2", "torch")):
+        ratio = median(("ctranslate2", "on", top), "per_second") / median(
+            ("torch", "on", top), "per_second"
+        )
         print(f"ctranslate2 / torch, batching on, {top} clients: {ratio:.2f}x sentences/s")
 
 
