@@ -533,3 +533,21 @@ def test_a_budgeted_run_stopped_past_its_middle_resumes_as_it_would_have_gone_on
     # The whole run, the first start's training time included, and the test fit the budget.
     used = float(caplog.text.split("Time budget: used ")[1].split(" s")[0])
     assert used <= BUDGET_SECONDS, used
+
+
+def test_a_run_with_early_stopping_made_before_its_check_setting_resumes(
+    tmp_path: Path, data_dir: Path, monkeypatch, capsys
+) -> None:
+    """callbacks.early_stopping.check_on_train_epoch_end came later: a run whose config lacks
+    it (its Trainer validated at epoch ends, where both checks follow the validation) resumes."""
+    run_dir = tmp_path / "run"
+    args = [*ENDED, "callbacks=early_stopping", "logger=none", f"paths.data_dir={data_dir}",
+            f"hydra.run.dir={run_dir}"]  # fmt: skip
+    assert run_train_cli(args, tmp_path, monkeypatch) == 0, capsys.readouterr().err
+    path = run_dir / "checkpoints" / "last.ckpt"
+    checkpoint = torch.load(path, weights_only=False)
+    del checkpoint["run_config"]["callbacks"]["early_stopping"]["check_on_train_epoch_end"]
+    torch.save(checkpoint, path)
+    resume = [f"resume={run_dir}", "trainer.max_epochs=2"]
+    assert run_train_cli(resume, tmp_path, monkeypatch) == 0, capsys.readouterr().err
+    assert saved_step(path) == 8

@@ -188,6 +188,9 @@ RESUME_MAY_CHANGE = (
     "trainer.enable_model_summary", "trainer.profiler", "data.num_workers", "data.pin_memory",
     "model.training.log_examples", "callbacks.progress_bar", "callbacks.lr_monitor", "test",
     "average_last", "callbacks.recent_checkpoints.save_top_k", "callbacks.time_budget.test",
+    # Added since runs were made, and what they did before (their Trainers validated at epoch
+    # ends, where both checks come after the validation): a run made before them resumes.
+    "callbacks.early_stopping.check_on_train_epoch_end",
 )  # fmt: skip
 # Where the run is and what it logs to: a moved run directory or another logger is no change.
 RESUME_IGNORES = ("paths", "logger", "hydra", "resume", "ckpt_path", "task_name")
