@@ -15,6 +15,7 @@ import argparse
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"
@@ -58,28 +59,37 @@ def table() -> str:
     return "\n".join(rows)
 
 
-def with_table(page: str) -> str:
-    if BEGIN not in page or END not in page:
-        raise ValueError(f"{PAGE} has no table markers: put {BEGIN!r} and {END!r} where it goes")
-    head, rest = page.split(BEGIN, 1)
-    tail = rest.split(END, 1)[1]
-    return f"{head}{BEGIN}\n{table()}\n{END}{tail}"
+def with_table(page: str, made: str, begin: str = BEGIN, end: str = END) -> str:
+    """page with what stands between its markers replaced by made."""
+    if begin not in page or end not in page:
+        raise ValueError(f"no table markers: put {begin!r} and {end!r} where it goes")
+    head, rest = page.split(begin, 1)
+    tail = rest.split(end, 1)[1]
+    return f"{head}{begin}\n{made}\n{end}{tail}"
+
+
+def write_or_check(argv: list[str] | None, doc: str, page_path: Path, made: Any, what: str) -> int:
+    """A table script's command line: write made(page) into page_path, or with --check exit 1
+    if the page is not what it would write."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true", help="check, do not write")
+    args = parser.parse_args(argv)
+    page = page_path.read_text(encoding="utf-8")
+    new = made(page)
+    if args.check:
+        if new != page:
+            script = Path(sys.argv[0]).name if sys.argv else "the table script"
+            print(f"{page_path} is out of date: run python docs/{script}", file=sys.stderr)
+            return 1
+        return 0
+    page_path.write_text(new, encoding="utf-8")
+    print(f"wrote {what} into {page_path}")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--check", action="store_true", help="check, do not write")
-    args = parser.parse_args(argv)
-    page = PAGE.read_text(encoding="utf-8")
-    made = with_table(page)
-    if args.check:
-        if made != page:
-            print(f"{PAGE} is out of date: run python docs/configs_table.py", file=sys.stderr)
-            return 1
-        return 0
-    PAGE.write_text(made, encoding="utf-8")
-    print(f"wrote the table of {sum(1 for _ in groups())} config groups into {PAGE}")
-    return 0
+    what = f"the table of {len(groups())} config groups"
+    return write_or_check(argv, __doc__, PAGE, lambda page: with_table(page, table()), what)
 
 
 if __name__ == "__main__":

@@ -109,6 +109,15 @@ def test_the_configs_table_is_what_configs_holds() -> None:
             assert f"`{path.parent.name}={path.stem}`" in page, path
 
 
+def test_the_tests_table_is_what_tests_holds() -> None:
+    sys.path.insert(0, str(ROOT / "docs"))
+    import tests_table
+
+    assert tests_table.main(["--check"]) == 0, "run python docs/tests_table.py"
+    assert len(tests_table.rows()) == len(list((ROOT / "tests").glob("test_*.py")))
+    assert all(proves for _, proves, _ in tests_table.rows()), "a test file without a docstring"
+
+
 def test_every_command_is_of_a_kind_this_suite_checks() -> None:
     kinds = {command: kind(command) for command in all_commands()}
     assert "unknown" not in kinds.values(), [c for c, k in kinds.items() if k == "unknown"]
