@@ -184,6 +184,10 @@ def main(cfg: DictConfig) -> float | None:
         sys.exit(1)
     except SIGTERMException:
         sys.exit(128 + 15)  # as a process killed by SIGTERM; last.ckpt is saved (see the log)
+    except SystemExit as stop:
+        if isinstance(stop.__context__, KeyboardInterrupt):
+            sys.exit(128 + 2)  # Ctrl-C, as the tools and a shell say it (Lightning exits 1)
+        raise
     return optimized_value(cfg, summary)
 
 

@@ -153,7 +153,7 @@ def test_a_signal_saves_a_last_checkpoint_that_resumes_exactly(
     process.send_signal(sig)
     out, err = process.communicate(timeout=120)
     output = out + err
-    assert process.returncode == (128 + 15 if sig == signal.SIGTERM else 1), output[-3000:]
+    assert process.returncode == 128 + sig, output[-3000:]  # 143 or 130, as the tools exit
     step = saved_step(run_dir / "checkpoints" / "last.ckpt")
     name = "SIGTERM" if sig == signal.SIGTERM else "Ctrl-C"
     assert f"{name} at step {step}: saved" in output, output[-3000:]

@@ -60,7 +60,7 @@ class InterruptCheckpoint(Callback):
 
     def on_train_batch_end(self, trainer: Any, *args: Any, **kwargs: Any) -> None:
         # SIGTERM: Lightning stops once this batch is done. Ctrl-C: this raises the
-        # KeyboardInterrupt that Lightning turns into a clean stop with exit code 1.
+        # KeyboardInterrupt that Lightning turns into a clean stop (train.py exits 130).
         if trainer.received_sigterm and not self._saved:
             self._save(trainer, "SIGTERM")
         if self._ctrl_c:
