@@ -120,10 +120,20 @@ def test_sigkill_mid_epoch_then_resume_matches_an_uninterrupted_run(
 ) -> None:
     run_dir = tmp_path / "run"
     process = start(run_dir, data_dir)
-    wait_for_checkpoint(process, run_dir, 20)  # epoch 2, batch 4 or later
+    after = 20  # epoch 2, batch 4 or later
+    while True:
+        wait_for_checkpoint(process, run_dir, after)
+        # Frozen while its last checkpoint is read (a loaded machine can let the run reach an
+        # epoch's end between a look and the kill): killed where that checkpoint is mid-epoch.
+        process.send_signal(signal.SIGSTOP)
+        step = saved_step(run_dir / "checkpoints" / "last.ckpt")
+        if step % EPOCH_STEPS:
+            break
+        process.send_signal(signal.SIGCONT)
+        after = step + 1
     process.send_signal(signal.SIGKILL)
     process.wait()
-    step = saved_step(run_dir / "checkpoints" / "last.ckpt")
+    assert saved_step(run_dir / "checkpoints" / "last.ckpt") == step
     assert step % EPOCH_STEPS != 0 and step < TOTAL_STEPS  # really mid-epoch, really unfinished
     assert not (run_dir / "summary.json").exists()
 
