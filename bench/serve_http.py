@@ -23,10 +23,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import random
-import re
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -37,8 +34,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))  # helpers.ServeProcess: a server, as the tests start one
 
 from common import environment, print_table  # noqa: E402
+from helpers import ServeProcess  # noqa: E402
 
 CORPUS = ROOT / "data" / "corpora" / "tatoeba-en-fr" / "en-fr.tsv.gz"
 
@@ -48,28 +47,6 @@ def sentences(count: int, seed: int = 0) -> list[str]:
     with gzip.open(CORPUS, "rt", encoding="utf-8") as f:
         english = [line.split("\t")[0] for line in f.read().splitlines()[1:]]
     return random.Random(seed).sample(english, count)
-
-
-class Server:
-    """`python -m seq2seq.serve ARGS --port 0` on 127.0.0.1, until stop()."""
-
-    def __init__(self, *args: str) -> None:
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "seq2seq.serve", *args, "--port", "0", "--host", "127.0.0.1"],
-            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        )  # fmt: skip
-        for line in self.process.stdout:
-            found = re.search(r"on (http://127\.0\.0\.1:\d+)/", line)
-            if found:
-                self.url = found[1]
-                break
-        else:
-            raise SystemExit(f"the server did not start: {self.process.wait()}")
-        threading.Thread(target=lambda: self.process.stdout.read(), daemon=True).start()
-
-    def stop(self) -> None:
-        self.process.send_signal(signal.SIGTERM)
-        self.process.wait(timeout=60)
 
 
 def load(url: str, texts: list[str], clients: int, seconds: float) -> dict:
@@ -137,10 +114,10 @@ def main() -> None:
             for backend in args.backends:  # other load moves both alike
                 for batching, max_batch in (("on", "32"), ("off", "1")):
                     wait = args.wait_ms if batching == "on" else "0"
-                    server = Server(
+                    server = ServeProcess(
                         *models[backend], "--max-batch", max_batch, "--wait-ms", wait,
                         "--timeout", "300",
-                    )  # fmt: skip
+                    ).ready()  # fmt: skip
                     try:
                         load(server.url, warm, 4, 60)
                         for clients in args.levels:

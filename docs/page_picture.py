@@ -11,9 +11,6 @@ the screenshot at a laptop's size.
 from __future__ import annotations
 
 import argparse
-import re
-import signal
-import subprocess
 import sys
 from pathlib import Path
 
@@ -29,36 +26,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--head", default="mean", help="0-based, or mean")
     parser.add_argument("--out", default=str(ROOT / "docs" / "pictures" / "page.png"))
     args = parser.parse_args(argv)
-    from helpers import drive_page
+    from helpers import ServeProcess, drive_page
 
-    server = subprocess.Popen(
-        [sys.executable, "-m", "seq2seq.serve", args.ckpt, "--port", "0"],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
+    server = ServeProcess(args.ckpt).ready()
     try:
-        for line in server.stdout:
-            found = re.search(r"on (http://127\.0\.0\.1:\d+)/", line)
-            if found:
-                break
-        else:
-            raise SystemExit("the server did not start")
-        import time
-
-        import httpx
-
-        while True:
-            try:
-                httpx.get(f"{found[1]}/health", timeout=2)
-                break
-            except httpx.TransportError:
-                time.sleep(0.1)
         shown = drive_page(
-            found[1], args.text, Path(args.out), layer=args.layer, head=args.head,
+            server.url, args.text, Path(args.out), layer=args.layer, head=args.head,
             size=(1280, 720),
         )  # fmt: skip
     finally:
-        server.send_signal(signal.SIGTERM)
-        server.wait(timeout=60)
+        server.stop()
     print(f"wrote {args.out}: {args.text!r} -> {shown['tgt']!r}")
     return 0
 

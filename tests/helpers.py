@@ -155,3 +155,57 @@ def drive_page(
             }
         finally:
             browser.close()
+
+
+class ServeProcess:
+    """`python -m seq2seq.serve ARGS --port 0` in its own process on 127.0.0.1 (the serve
+    tests, bench/serve_http.py and docs/page_picture.py start servers this way). Its output is
+    kept in `output`; ready() returns once it listens and answers /health."""
+
+    def __init__(self, *args: str) -> None:
+        import subprocess
+
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "seq2seq.serve", *args, "--port", "0"], cwd=ROOT,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
+        self.output: list[str] = []
+        self.url = ""
+
+    def ready(self, seconds: float = 120) -> ServeProcess:
+        import re
+        import threading
+        import time
+
+        import httpx
+
+        deadline = time.monotonic() + seconds
+        while not self.url:
+            line = self.process.stdout.readline()
+            if not line:
+                raise RuntimeError(f"the server ended: {''.join(self.output)[-3000:]}")
+            self.output.append(line)
+            found = re.search(r"on (http://127\.0\.0\.1:\d+)/", line)
+            self.url = found[1] if found else ""
+        threading.Thread(
+            target=self.output.extend, args=(self.process.stdout,), daemon=True
+        ).start()
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
+                    return self
+            except httpx.TransportError:
+                time.sleep(0.05)
+        raise RuntimeError(f"{self.url} never answered /health")
+
+    def _keep_output(self) -> None:
+        for line in self.process.stdout:
+            self.output.append(line)
+
+    def stop(self) -> int:
+        """SIGTERM (it drains what is in flight), then its exit code."""
+        import signal
+
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(timeout=60)

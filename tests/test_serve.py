@@ -16,15 +16,13 @@ import random
 import re
 import shutil
 import signal
-import subprocess
-import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from helpers import ROOT
+from helpers import ServeProcess
 
 
 def need(module: str):
@@ -293,46 +291,6 @@ def test_the_export_serves_what_translate_model_prints(ckpt, tmp_path: Path) -> 
 # --- real servers on loopback ------------------------------------------------------------------
 
 
-class Server:
-    """`python -m seq2seq.serve ARGS --port 0` in its own process, on 127.0.0.1."""
-
-    def __init__(self, *args: str) -> None:
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "seq2seq.serve", *args, "--port", "0"], cwd=ROOT,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        )  # fmt: skip
-        self.output: list[str] = []
-        self.url = ""
-
-    def ready(self) -> Server:
-        """Once the server says where it listens and answers /health."""
-        deadline = time.monotonic() + 120
-        while not self.url:
-            line = self.process.stdout.readline()
-            if not line:
-                pytest.fail(f"the server ended: {''.join(self.output)[-3000:]}")
-            self.output.append(line)
-            found = re.search(r"on (http://127\.0\.0\.1:\d+)/", line)
-            self.url = found[1] if found else ""
-        threading.Thread(target=self._drain, daemon=True).start()
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
-                    return self
-            except httpx.TransportError:
-                time.sleep(0.05)
-        pytest.fail("the server never answered /health")
-
-    def _drain(self) -> None:
-        for line in self.process.stdout:
-            self.output.append(line)
-
-    def stop(self) -> int:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-        return self.process.wait(timeout=60)
-
-
 @pytest.fixture(scope="module")
 def servers(ckpt: str):
     """A: open, batching over 50 ms; B: a token and a 0.3 s deadline; C: for the SIGTERM
@@ -340,9 +298,9 @@ def servers(ckpt: str):
     waits that long for as many again (so B's passes its deadline, and C's is in flight when
     the signal comes). Started together."""
     made = {
-        "A": Server(ckpt, "--wait-ms", "50", "--max-sentences", "40"),
-        "B": Server(ckpt, "--token", "s3cret", "--timeout", "0.3", "--wait-ms", "1000"),
-        "C": Server(ckpt, "--wait-ms", "1000"),
+        "A": ServeProcess(ckpt, "--wait-ms", "50", "--max-sentences", "40"),
+        "B": ServeProcess(ckpt, "--token", "s3cret", "--timeout", "0.3", "--wait-ms", "1000"),
+        "C": ServeProcess(ckpt, "--wait-ms", "1000"),
     }
     try:
         yield {name: server.ready() for name, server in made.items()}
