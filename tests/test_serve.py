@@ -316,6 +316,9 @@ def test_a_real_server_answers_as_translate_whatever_else_is_in_the_batch(server
     url = servers["A"].url
     requests = [{"src": SENTENCES[i], **({"beam": 3} if i % 2 else {})} for i in range(32)]
     alone = [httpx.post(f"{url}/translate", json=r, timeout=30).json()["tgt"] for r in requests]
+    # A round of 8 sentences: the worker then waits (up to its 50 ms) for company, so requests
+    # that arrive together are searched together however fast this machine decodes.
+    httpx.post(f"{url}/translate", json={"src": SENTENCES[:8]}, timeout=30)
     before = httpx.get(f"{url}/health").json()
     with ThreadPoolExecutor(32) as pool:
         answers = list(pool.map(lambda r: httpx.post(f"{url}/translate", json=r, timeout=60),
