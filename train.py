@@ -4,6 +4,7 @@
     python train.py data=reverse model=small trainer=gpu
     python train.py -m model.net.num_heads=1,2,4 seed=0,1,2   # a sweep
     python train.py resume=outputs/train/runs/<run>         # continue a stopped run, in place
+    python train.py replay=outputs/train/runs/<run>         # a budgeted run again, exactly
 
 `train(cfg)` does the work and is what the tests call; `main` is the thin Hydra wrapper that
 composes the config and turns bad input into a one-line error, and `cli` checks a plain
@@ -38,6 +39,7 @@ from seq2seq.training.preflight import (
     check_output_dir,
     check_same_model,
     checkpoint_to_resume,
+    replay_record,
 )
 from seq2seq.training.report import report
 
@@ -65,7 +67,12 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     import lightning as L
 
     from seq2seq.average import average_last_validations
-    from seq2seq.training.callbacks import SaveRunConfig, best_checkpoint, clocked_validation
+    from seq2seq.training.callbacks import (
+        SaveRunConfig,
+        TimeBudget,
+        best_checkpoint,
+        clocked_validation,
+    )
     from seq2seq.training.memory import keep_freed_memory
 
     if logging.getLogger().handlers:
@@ -85,6 +92,15 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         check_output_dir(Path(cfg.paths.output_dir), module, resuming, cfg.average_last)
 
     callbacks = instantiate_group(cfg.get("callbacks"), "callback")
+    replayed = replay_record(cfg)
+    if replayed is not None:
+        budget = next((c for c in callbacks if isinstance(c, TimeBudget)), None)
+        if budget is None:
+            raise ValueError(
+                f"replay={cfg.replay} needs the time budget's callback "
+                "(callbacks.time_budget), which this config has not: use callbacks=default"
+            )
+        budget.replay(replayed)
     callbacks.append(SaveRunConfig(OmegaConf.to_container(cfg, resolve=True)))
     loggers = instantiate_group(cfg.get("logger"), "logger")
     if not loggers:  # the learning-rate monitor refuses to run without a logger

@@ -13,7 +13,9 @@ Every row of `train` is `python train.py experiment=parallel_bpe <corpus> traine
 <row's overrides>` in its own process, one at a time (two torch processes on 2 cores slow each
 other several times: run nothing else meanwhile); its run directory is
 bench/out/recipe/<budget>min-<row>, and a row whose directory holds a summary is read, not run
-again, so an interrupted table resumes where it stopped. `decode` tests one run's checkpoints
+again, so an interrupted table resumes where it stopped. Each row names the commit it ran at,
+and below the table what its clock decided (RUN/clock.json) and the `python train.py
+replay=RUN` that trains it again step for step (docs/runs.md). `decode` tests one run's checkpoints
 with `train=false` under each decoding setting (beam search costs no training time, so these
 rows share one model). The corpus is Tatoeba English-French (data/corpora/tatoeba-en-fr),
 validation and test split off by English sentence; `--reverse` trains French to English.
@@ -222,6 +224,25 @@ def test_figures(run_dir: Path) -> dict[str, float]:
     return {"bleu": summary["test"]["test/bleu"], "chrf": summary["test"]["test/chrf"]}
 
 
+def clock_line(name: str, run_dir: Path) -> tuple[str, str]:
+    """(the commit a row ran at, one line of what its clock decided and how to replay it),
+    from RUN/clock.json (seq2seq.training.clock)."""
+    from seq2seq.training.clock import read_record
+
+    try:
+        record = read_record(run_dir)
+    except ValueError as error:
+        return "-", f"{name}: cannot be replayed ({error})"
+    commit = record.commit or "-"  # sha (40 hex digits), "-dirty" if files were changed
+    short = commit[:10] + ("-dirty" if commit.endswith("-dirty") else "")
+    validations = ", ".join(f"{step:,}" for step in record.validations)
+    return short, (
+        f"{name}: validated at steps {validations}; warmup ended at {record.warmup_ended_at}, "
+        f"dropout off at {record.dropout_off_at}, stopped at {record.stopped_at}; "
+        f"python train.py replay={run_dir}"
+    )
+
+
 def train_rows(
     specs: list[str], budget: float, reverse: bool, common: list[str], regime: str, every: int,
     threads: int | None = None,
@@ -232,7 +253,7 @@ def train_rows(
     regime_tag += f"-threads{threads}" if threads else ""
     minutes = f"{budget:g}min" + ("-fr-en" if reverse else "") + regime_tag + tag
     max_time = time.strftime("00:%H:%M:%S", time.gmtime(budget * 60))
-    table = []
+    table, clocks = [], []
     for spec in specs:
         name, overrides = parse_row(spec)
         run_dir = OUT / f"{minutes}-{name}"
@@ -243,11 +264,13 @@ def train_rows(
             (run_dir / "wall_s.txt").write_text(f"{wall:.1f}\n")
         figures = {**training_figures(run_dir), **test_figures(run_dir)}
         wall = float((run_dir / "wall_s.txt").read_text())
+        commit, clock = clock_line(name, run_dir)
+        clocks.append(clock)
         table.append([
             name, " ".join(overrides) or "(experiment as is)", f"{figures['params_m']:.1f}",
             f"{figures['steps']:,}", figures["epochs"], f"{figures['train_s']:.0f}",
             f"{wall:.0f}", f"{100 * figures['val_bleu'][-1]:.1f}" if figures["val_bleu"] else "-",
-            f"{100 * figures['bleu']:.2f}", f"{100 * figures['chrf']:.2f}",
+            f"{100 * figures['bleu']:.2f}", f"{100 * figures['chrf']:.2f}", commit,
         ])  # fmt: skip
         print(f"{name}: {figures}", flush=True)
     direction = ("fr->en" if reverse else "en->fr") + f", {regime} regime"
@@ -258,9 +281,11 @@ def train_rows(
     )
     print_table(
         ["row", "overrides", "params (M)", "steps", "epochs", "train s", "wall s",
-         "val BLEU (greedy)", "test BLEU", "test chrF"],
+         "val BLEU (greedy)", "test BLEU", "test chrF", "commit"],
         table,
     )  # fmt: skip
+    print("\nWhat each row's clock decided (RUN/clock.json), and the command that replays it:")
+    print("\n".join(clocks))
 
 
 def search(beam: int, length_penalty: float | None = None) -> list[str]:

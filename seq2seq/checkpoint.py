@@ -15,6 +15,9 @@ project adds (RunState.save; write_run_config, which callbacks.SaveRunConfig cal
     train_seconds      training time so far: a resumed run continues its clock
     rng_states         torch's (and CUDA's) random states: dropout after a resume draws what an
                        uninterrupted run would have drawn
+    train_metric_states  saved mid-epoch by one process: the epoch's training metrics so far
+                       (torchmetrics states), so the epoch's means after a resume are the
+                       whole epoch's (optional: files without it resume with none)
 
 The tools read them through run_record (inspect) and carry_run_record (average). A file of a
 newer format is refused in one line naming its version. A change to these keys bumps
@@ -153,6 +156,7 @@ class RunState:
         self._seconds_before = 0.0  # training time of earlier starts (a resumed run)
         self._started = time.monotonic()
         self._rng: dict[str, Any] = {}  # a resumed run's random states, for its first batch
+        self.train_metric_states: dict[str, dict[str, Tensor]] = {}  # a resumed run's, idem
 
     def start(self) -> None:
         self._started = time.monotonic()
@@ -161,10 +165,16 @@ class RunState:
         return self._seconds_before + time.monotonic() - self._started
 
     def save(
-        self, checkpoint: dict[str, Any], metrics: dict[str, Any], signatures: dict[str, str]
+        self,
+        checkpoint: dict[str, Any],
+        metrics: dict[str, Any],
+        signatures: dict[str, str],
+        train_metric_states: dict[str, dict[str, Tensor]] | None = None,
     ) -> None:
         """Add this project's keys to a checkpoint Lightning is saving (plain values only, so
         it loads with weights_only=True). callbacks.SaveRunConfig adds the run config."""
+        if train_metric_states:
+            checkpoint["train_metric_states"] = train_metric_states
         checkpoint[FORMAT_KEY] = FORMAT_VERSION
         checkpoint["metrics"] = {name: float(value) for name, value in metrics.items()}
         checkpoint["metric_signatures"] = signatures
@@ -179,6 +189,7 @@ class RunState:
         restoring and the next training batch, where the saving run stood."""
         self._rng = checkpoint.get("rng_states") or {}
         self._seconds_before = float(checkpoint.get("train_seconds", 0.0))
+        self.train_metric_states = checkpoint.get("train_metric_states") or {}
 
     def apply_rng(self) -> None:
         states, self._rng = self._rng, {}

@@ -8,6 +8,7 @@ tools (average, inspect --curves, a resume, a sweep's summary) look for it.
       .hydra/            the composed config and the command line's overrides; a resume's
                          own under .hydra/resume-<time>/
       summary.json  curves.png  test_hypotheses.txt  test_references.txt
+      clock.json         a time budget's decisions, for replay=RUN (seq2seq.training.clock)
 
 The YAML that places these files (configs/callbacks/default.yaml's dirpath, configs/logger/
 csv.yaml's name) spells two of the names again; tests/test_architecture.py checks they agree.
@@ -65,6 +66,11 @@ class RunDir:
         """csv/version_N/metrics.csv of each start, in the order they were written."""
         found = self.path.glob(f"{self.CSV}/version_*/metrics.csv")
         return sorted(found, key=lambda p: int(p.parent.name.split("_")[1]))
+
+    @property
+    def clock(self) -> Path:
+        """clock.json: what a time budget's clock decided (seq2seq.training.clock)."""
+        return self.path / "clock.json"
 
     @property
     def summary(self) -> Path:

@@ -212,8 +212,13 @@ def test_the_configs_place_a_runs_files_where_run_dir_says() -> None:
     def raw(group: str, option: str) -> dict:  # interpolations left as written
         return OmegaConf.to_container(OmegaConf.load(ROOT / "configs" / group / f"{option}.yaml"))
 
-    callbacks = raw("callbacks", "default").values()
-    dirpaths = {c["dirpath"] for c in callbacks if "dirpath" in c}
+    named = raw("callbacks", "default")
+    callbacks = named.values()
+    # The checkpoints go to checkpoints/; the time budget's clock record to the run's top.
+    assert named["time_budget"]["dirpath"] == "${paths.output_dir}"
+    dirpaths = {
+        c["dirpath"] for name, c in named.items() if "dirpath" in c and name != "time_budget"
+    }
     assert dirpaths == {f"${{paths.output_dir}}/{RunDir.CHECKPOINTS}"}
     assert {c["filename"] for c in callbacks if c.get("monitor", "") is None} == {"last"}
     csv = raw("logger", "csv")["csv"]

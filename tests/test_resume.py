@@ -1,13 +1,16 @@
 """Resume: a run killed with SIGKILL mid-epoch, resumed from its last checkpoint with nothing
 but `resume=RUN` on the command line, ends exactly where an uninterrupted run ends; a resume that
 would change the run, or from a checkpoint that holds no training state, is refused and writes
-nothing."""
+nothing. Replay: a budgeted run stopped and resumed, trained again with `replay=RUN`, gives its
+metrics and weights bit for bit; a replay that cannot repeat its run is refused in one line."""
 
 from __future__ import annotations
 
 import csv
+import io
 import itertools
 import json
+import logging
 import signal
 import subprocess
 import sys
@@ -18,6 +21,8 @@ import pytest
 import torch
 from helpers import ROOT, budgeted_run, compose_train, run_train_cli
 
+from seq2seq import metric_names
+from seq2seq.run_dir import RunDir
 from train import train
 
 # An experiment with overrides of its own, as users run them: 512 examples in batches of 32,
@@ -42,9 +47,10 @@ def uninterrupted(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> d
     """The run every interrupted-and-resumed run must equal, step by step."""
     tmp_path = tmp_path_factory.mktemp("uninterrupted")
     summary = train(compose_train(tmp_path, data_dir, RUN))
-    losses = logged_losses(Path(summary["run_dir"]) / "csv" / "version_0" / "metrics.csv")
+    metrics_csv = Path(summary["run_dir"]) / "csv" / "version_0" / "metrics.csv"
+    losses = logged_losses(metrics_csv)
     assert sorted(losses) == list(range(TOTAL_STEPS))
-    return {"summary": summary, "losses": losses}
+    return {"summary": summary, "losses": losses, "epoch_means": epoch_means(metrics_csv)}
 
 
 def start(run_dir: Path, data_dir: Path, *extra: str, stdout: int = subprocess.DEVNULL):
@@ -91,6 +97,16 @@ def logged_losses(metrics_csv: Path) -> dict[int, float]:
     return losses
 
 
+def epoch_means(metrics_csv: Path) -> dict[int, dict[str, float]]:
+    """The training epochs' means (train/loss, train/token_acc, train/padding) by epoch."""
+    with open(metrics_csv) as f:
+        return {
+            int(row["epoch"]): {k: float(v) for k, v in row.items() if k.startswith("train/") and v}
+            for row in csv.DictReader(f)
+            if row.get("train/loss")
+        }
+
+
 def resume_in_process(run_dir: Path, data_dir: Path) -> dict:
     """`python train.py resume=RUN_DIR`, as train(cfg) in this process."""
     cfg = compose_train(run_dir.parent, data_dir, [*RUN, f"resume={run_dir}"])
@@ -108,6 +124,11 @@ def assert_resumed_exactly(run_dir: Path, loaded_step: int, uninterrupted: dict)
     assert sorted(losses) == list(range(loaded_step, TOTAL_STEPS))
     for step, loss in losses.items():
         assert loss == pytest.approx(uninterrupted["losses"][step], abs=1e-5), step
+    # The epoch the resume falls in is whole in its means: the batches before the stop count.
+    means = epoch_means(run_dir / "csv" / "version_1" / "metrics.csv")
+    assert min(means) == loaded_step // EPOCH_STEPS  # not the epoch it resumed after
+    for epoch, values in means.items():
+        assert values == pytest.approx(uninterrupted["epoch_means"][epoch], abs=1e-6), epoch
     summary = json.loads((run_dir / "summary.json").read_text())
     final = torch.load(summary["last_checkpoint"], weights_only=True)["global_step"]
     assert final == TOTAL_STEPS  # every batch trained exactly once
@@ -171,6 +192,41 @@ def test_a_signal_saves_a_last_checkpoint_that_resumes_exactly(
     assert not (run_dir / "summary.json").exists()
     # SIGTERM stops at a batch boundary and Ctrl-C mid-batch: either way the checkpoint holds
     # the last finished step, and the resume replays nothing and skips nothing.
+    resume_in_process(run_dir, data_dir)
+    assert_resumed_exactly(run_dir, step, uninterrupted)
+
+
+def test_sigterm_in_an_epochs_last_batch_stops_after_the_epochs_end_and_resumes_exactly(
+    tmp_path: Path, data_dir: Path, uninterrupted: dict, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SIGTERM while an epoch's last batch trains: the epoch ends (validation, training means,
+    its checkpoint) and the run stops after the next batch, mid-epoch, from where the resume
+    is exact. Stopped before the epoch's end, Lightning's resume would end that epoch again:
+    means of nothing (nan) and every later step logged one behind."""
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+    from seq2seq.training.callbacks import InterruptCheckpoint
+
+    last = 2 * EPOCH_STEPS - 1  # the steps done when epoch 1's last batch starts
+    own = InterruptCheckpoint.on_train_batch_start
+
+    def signal_arrives(self, trainer, *args) -> None:
+        if trainer.global_step == last:  # what Lightning's handler sets
+            trainer._signal_connector.received_sigterm = True
+        own(self, trainer, *args)
+
+    monkeypatch.setattr(InterruptCheckpoint, "on_train_batch_start", signal_arrives)
+    cfg = compose_train(tmp_path, data_dir, RUN)
+    with pytest.raises(SIGTERMException):
+        train(cfg)
+    monkeypatch.undo()
+    run_dir = Path(cfg.paths.output_dir)
+    step = saved_step(run_dir / "checkpoints" / "last.ckpt")
+    assert step == last + 2  # the next epoch's first step
+    means = epoch_means(run_dir / "csv" / "version_0" / "metrics.csv")
+    assert sorted(means) == [0, 1]  # the epoch it came in ended, its means logged
+    for epoch, values in means.items():
+        assert values == pytest.approx(uninterrupted["epoch_means"][epoch], abs=1e-6), epoch
     resume_in_process(run_dir, data_dir)
     assert_resumed_exactly(run_dir, step, uninterrupted)
 
@@ -482,15 +538,12 @@ def learning_rates(metrics_csv: Path) -> list[float]:
         return [float(r["lr-AdamW/pg1"]) for r in csv.DictReader(f) if r.get("lr-AdamW/pg1")]
 
 
-def test_a_budgeted_run_stopped_past_its_middle_resumes_as_it_would_have_gone_on(
-    tmp_path: Path, data_dir: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    """The budget's decisions survive SIGTERM and `resume=RUN`: the cosine goes on down from
-    where it was (not back up from the peak: the warmup's end is kept), dropout stays as the
-    first validation decided (off, at its step), the validation clock counts from the resume
-    (no validation at once), and the whole run, resume and test included, fits the budget."""
-    from seq2seq.curves import read_metrics, training_time_at
-
+@pytest.fixture(scope="module")
+def budgeted_resumed(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> dict:
+    """A budgeted run (BUDGETED) stopped by SIGTERM once it has trained past the middle of
+    its budget with dropout decided, then resumed with `resume=RUN` to its end: the run
+    directory, the state at the stop, the resume's summary and its log."""
+    tmp_path = tmp_path_factory.mktemp("budgeted")
     run_dir = tmp_path / "run"
     process = subprocess.Popen(
         [sys.executable, str(ROOT / "train.py"), *BUDGETED, f"paths.data_dir={data_dir}",
@@ -510,14 +563,38 @@ def test_a_budgeted_run_stopped_past_its_middle_resumes_as_it_would_have_gone_on
     process.send_signal(signal.SIGTERM)
     _, err = process.communicate(timeout=120)
     assert process.returncode == 128 + 15, err[-3000:]
-    stopped_step, stopped_at, decided = budget_state(last)
-    assert stopped_at >= BUDGET_SECONDS / 2 and decided["dropout_off_at"] is not None, decided
-    assert decided["warmup_end"] is not None  # the warmup (by the clock, 20%) was over
+    stopped = budget_state(last)
 
     cfg = compose_train(tmp_path, data_dir, [*BUDGETED, f"resume={run_dir}"])
     cfg.paths.output_dir = str(run_dir)
-    with caplog.at_level("INFO"):
+    log = io.StringIO()
+    handler = logging.StreamHandler(log)
+    root = logging.getLogger()
+    level, root.level = root.level, logging.INFO
+    root.addHandler(handler)
+    try:
         summary = train(cfg)
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(level)
+    return {"run_dir": run_dir, "stopped": stopped, "summary": summary, "log": log.getvalue(),
+            "cfg": cfg}  # fmt: skip
+
+
+def test_a_budgeted_run_stopped_past_its_middle_resumes_as_it_would_have_gone_on(
+    budgeted_resumed: dict,
+) -> None:
+    """The budget's decisions survive SIGTERM and `resume=RUN`: the cosine goes on down from
+    where it was (not back up from the peak: the warmup's end is kept), dropout stays as the
+    first validation decided (off, at its step), the validation clock counts from the resume
+    (no validation at once), and the whole run, resume and test included, fits the budget."""
+    from seq2seq.curves import read_metrics, training_time_at
+
+    run_dir, summary, cfg = (budgeted_resumed[k] for k in ("run_dir", "summary", "cfg"))
+    stopped_step, stopped_at, decided = budgeted_resumed["stopped"]
+    assert stopped_at >= BUDGET_SECONDS / 2 and decided["dropout_off_at"] is not None, decided
+    assert decided["warmup_end"] is not None  # the warmup (by the clock, 20%) was over
+
     before = learning_rates(run_dir / "csv" / "version_0" / "metrics.csv")
     after = learning_rates(run_dir / "csv" / "version_1" / "metrics.csv")
     # The decay goes on from where it stopped, down to its end at the new stop.
@@ -527,8 +604,10 @@ def test_a_budgeted_run_stopped_past_its_middle_resumes_as_it_would_have_gone_on
     assert end - 1e-12 <= after[-1] <= 2 * end, (after[-1], end)
     # Dropout stays as decided before the stop: not decided again after it.
     final_step, final_seconds, state = budget_state(Path(summary["last_checkpoint"]))
-    assert state == decided, (state, decided)
-    assert "is off from step" not in caplog.text
+    assert (state["paced_at"], state["dropout_off_at"]) == (
+        decided["paced_at"], decided["dropout_off_at"]
+    )  # fmt: skip
+    assert "is off from step" not in budgeted_resumed["log"]
     # The clock counts from the resume: the first validation after it comes an interval of
     # training later, or at the stop if that is nearer (which validates anyway).
     rows = read_metrics(run_dir)
@@ -541,8 +620,83 @@ def test_a_budgeted_run_stopped_past_its_middle_resumes_as_it_would_have_gone_on
     )  # fmt: skip
     assert final_step > stopped_step + 5
     # The whole run, the first start's training time included, and the test fit the budget.
-    used = float(caplog.text.split("Time budget: used ")[1].split(" s")[0])
+    used = float(budgeted_resumed["log"].split("Time budget: used ")[1].split(" s")[0])
     assert used <= BUDGET_SECONDS, used
+
+
+def metrics_without_time(run_dir: Path) -> list[dict[str, str]]:
+    """Every row of every start's metrics.csv, with the training time's column left out."""
+    rows = []
+    for path in RunDir(run_dir).metrics_files():
+        with open(path) as f:
+            rows += [
+                {k: v for k, v in row.items() if k != metric_names.TIME and v != ""}
+                for row in csv.DictReader(f)
+            ]
+    return rows
+
+
+def test_replay_trains_a_budgeted_run_again_to_the_same_metrics_and_weights(
+    budgeted_resumed: dict, tmp_path: Path, monkeypatch, capsys
+) -> None:
+    """`python train.py replay=RUN` on the budgeted run that was stopped and resumed: the
+    clock's decisions come from RUN's record (every step's reading, the validations, dropout
+    off, the stop), so every metric of every step and the final weights are RUN's, bit for bit,
+    although this run's own clock (another pace: it runs alone, in this process) differs."""
+    run_dir = budgeted_resumed["run_dir"]
+    record = json.loads((run_dir / "clock.json").read_text())
+    assert (
+        record["ended_at"]
+        == record["stopped_at"]
+        == budget_state(run_dir / "checkpoints" / "last.ckpt")[0]
+    )
+    assert record["dropout_off_at"] == record["paced_at"] == record["validations"][0]
+    assert record["warmup_ended_at"] < record["schedule_ended_at"] == record["stopped_at"]
+    replayed = tmp_path / "replayed"
+    args = [f"replay={run_dir}", f"hydra.run.dir={replayed}"]
+    assert run_train_cli(args, tmp_path, monkeypatch) == 0, capsys.readouterr().err
+    assert metrics_without_time(replayed) == metrics_without_time(run_dir)
+    weights = [
+        torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
+        for run in (run_dir, replayed)
+    ]
+    assert weights[0].keys() == weights[1].keys()
+    assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
+    again = json.loads((replayed / "clock.json").read_text())
+    assert {k: v for k, v in again.items() if k != "commit"} == {
+        k: v for k, v in record.items() if k != "commit"
+    }
+
+
+def test_a_replay_that_cannot_repeat_its_run_is_refused_in_one_line(
+    budgeted_resumed: dict, ended_run: Path, tmp_path: Path, monkeypatch, capsys
+) -> None:
+    """replay=RUN is refused before anything is written, in one line that says why and what to
+    do: a run with no clock record (no budget, or made before), a run whose training did not
+    end, a record of another version or not readable, a changed setting, train=false."""
+    import shutil
+
+    run = Path(shutil.copytree(budgeted_resumed["run_dir"], tmp_path / "budgeted"))
+    clock = run / "clock.json"
+    record = json.loads(clock.read_text())
+
+    def refusal(*args: str) -> str:
+        return refused([*args, f"hydra.run.dir={tmp_path / 'replayed'}"], run, monkeypatch, capsys)
+
+    assert "the run recorded no clock decisions" in refusal(f"replay={ended_run}")
+    assert "is not a run directory" in refusal(f"replay={tmp_path / 'nowhere'}")
+    changed = refusal(f"replay={run}", "model.training.lr=1e-2")
+    assert "model.training.lr=0.01 differs from the replayed run (model.training.lr=" in changed
+    assert "check out the commit the run was made at (" in changed  # the record names it
+    assert "drop train=false" in refusal(f"replay={run}", "train=false")
+    clock.write_text(json.dumps({**record, "ended_at": None}))
+    assert f"did not end (its record stops at step {record['stopped_at']})" in refusal(
+        f"replay={run}"
+    )
+    clock.write_text(json.dumps({**record, "version": 99}))
+    assert "is version 99 of the record, this code reads version 1" in refusal(f"replay={run}")
+    clock.write_text(json.dumps(record)[:100])
+    assert "cannot be read" in refusal(f"replay={run}")
 
 
 def test_a_run_with_early_stopping_made_before_its_check_setting_resumes(

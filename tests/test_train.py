@@ -715,7 +715,8 @@ def test_a_budget_that_buys_few_epochs_turns_dropout_off_at_the_first_validation
     assert rates(fresh) == {0.0}
     kept, model = first_validation(minimum=15)  # 19.7 epochs: enough
     assert rates(model) == {0.1}
-    assert kept.state_dict() == {"warmup_end": None, "paced_at": 20, "dropout_off_at": None}
+    state = kept.state_dict()
+    assert (state["warmup_end"], state["paced_at"], state["dropout_off_at"]) == (None, 20, None)
     # Decided once: a resume on a machine four times slower (20 steps in 40 s, 4.9 epochs in
     # the budget) keeps dropout on, as decided before it, in the state and in the model.
     resumed = clocked_budget(100.0, clock)

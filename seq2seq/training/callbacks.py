@@ -15,6 +15,7 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from seq2seq.checkpoint import write_run_config
+from seq2seq.training.clock import ClockRecord, code_commit
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +34,11 @@ class InterruptCheckpoint(Callback):
     save: saved mid-batch, the batch the loader has already fetched would be skipped on resume.
     Lightning does this for SIGTERM; for Ctrl-C this callback catches SIGINT during training
     (one process only; a second Ctrl-C stops at once, mid-batch, saving the last finished step).
+    A signal in an epoch's last batch stops after the next batch instead, once the epoch has
+    ended (its validation, means and checkpoints done): Lightning (2.6) resumes a checkpoint
+    saved between an epoch's last batch and its end by ending that epoch again, with empty
+    training means and every later step logged one behind, or, stopped in that validation,
+    by skipping the epochs left. One process only; under DDP Lightning's own stop applies.
     """
 
     def __init__(self, dirpath: str, filename: str = "last") -> None:
@@ -40,10 +46,11 @@ class InterruptCheckpoint(Callback):
         self.ckpt_path = str(Path(dirpath) / f"{filename}.ckpt")
         self._saved = False
         self._ctrl_c = False
+        self._sigterm_waits = False  # a SIGTERM in an epoch's last batch, for after its end
         self._previous_handler: Any = None
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
-        self._saved = self._ctrl_c = False
+        self._saved = self._ctrl_c = self._sigterm_waits = False
         ours_to_take = (
             trainer.world_size == 1  # under DDP the ranks would stop at different batches
             and threading.current_thread() is threading.main_thread()
@@ -58,7 +65,16 @@ class InterruptCheckpoint(Callback):
         self._ctrl_c = True
         log.warning("Ctrl-C: stopping after this batch (press Ctrl-C again to stop at once)")
 
+    def on_train_batch_start(self, trainer: Any, *args: Any, **kwargs: Any) -> None:
+        if self._sigterm_waits:  # the epoch has ended: Lightning stops after this batch
+            self._sigterm(trainer, True)
+
     def on_train_batch_end(self, trainer: Any, *args: Any, **kwargs: Any) -> None:
+        if _last_batch(trainer) and trainer.world_size == 1 and not self._saved:
+            if trainer.received_sigterm:  # Lightning would stop in the epoch's end
+                self._sigterm(trainer, False)
+            if self._sigterm_waits or self._ctrl_c:
+                return  # both stop after the next batch (the class's docstring)
         # SIGTERM: Lightning stops once this batch is done. Ctrl-C: this raises the
         # KeyboardInterrupt that Lightning turns into a clean stop (train.py exits 130).
         if trainer.received_sigterm and not self._saved:
@@ -70,9 +86,18 @@ class InterruptCheckpoint(Callback):
 
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
         self._restore_handler()
+        if self._sigterm_waits:  # it came in the last batch: training is over, the test stops
+            self._sigterm(trainer, True)
+            self._save(trainer, "SIGTERM")
         if self._ctrl_c and not self._saved:  # pressed in the last validation: no test
             self._save(trainer, "Ctrl-C")
             raise KeyboardInterrupt
+
+    def _sigterm(self, trainer: Any, received: bool) -> None:
+        """Set whether Lightning has received SIGTERM (its signal connector's flag, which
+        its handler sets and its loops read), and whether one waits here for the epoch's end."""
+        trainer._signal_connector.received_sigterm = received
+        self._sigterm_waits = not received
 
     def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
         self._restore_handler()
@@ -140,11 +165,22 @@ class TimeBudget(Callback):
 
     With test=false (`test`: the run config's), no time is kept for a test.
 
+    It records every decision the clock makes (seq2seq.training.clock.ClockRecord: the
+    progress read once at each step, the steps validated at, where the warmup and the decay
+    ended, dropout, the stop) in checkpoints and in dirpath/clock.json. Given a record to
+    replay (`replay=RUN`), it takes each decision from the record instead of the clock, and
+    Lightning's Timer no longer stops the run: the run repeats RUN's steps whatever its pace.
+    Under DDP rank 0's reading is every process's, so all step with the same learning rate.
+
     Inactive (progress() is None) without trainer.max_time.
     """
 
-    def __init__(self, test: bool = True) -> None:
+    def __init__(self, test: bool = True, dirpath: str | None = None) -> None:
         self.test = test  # whether the run tests after fit (the reserve keeps time for it)
+        self.dirpath = dirpath  # the run directory, where clock.json goes (None: nowhere)
+        self.record = ClockRecord()  # this run's decisions
+        self._replayed: ClockRecord | None = None  # the decisions replayed instead of the clock
+        self._trainer: Any = None
         self._interval: float | None = None  # training seconds between validations
         self._last_validation = 0.0  # the training time at which the last one ended
         self._timer: Any = None
@@ -156,20 +192,42 @@ class TimeBudget(Callback):
         self._stopped_at: int | None = None
         self._train_seconds: float | None = None
         self._warmup_end: float | None = None  # progress() when the warmup ended
-        self._paced_at: int | None = None  # the step of the first validation's decision
-        self._dropout_off_at: int | None = None  # the step at which dropout was turned off
 
     @property
     def active(self) -> bool:
         return self._budget is not None
 
+    def replay(self, record: ClockRecord) -> None:
+        """Take the clock's decisions from `record` (a run's, seq2seq.training.clock) in this
+        fit instead of from the clock."""
+        self._replayed = record
+
     def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
         from lightning.pytorch.callbacks import Timer
 
+        self._trainer = trainer
         self._timer = next((c for c in trainer.callbacks if isinstance(c, Timer)), None)
         self._budget = getattr(self._timer, "_duration", None)
         self._progress, self._stopped_at = 0.0, None
         self._interval = None
+        # A resume goes on past where an earlier start ended (a longer budget, say).
+        self.record.budget, self.record.stopped_at, self.record.ended_at = self._budget, None, None
+        if self.active:
+            self.record.commit = code_commit()
+        replayed = self._replayed
+        if replayed is not None and self.active:
+            self._timer._duration = None  # the record stops the run, not this machine's clock
+            log.info(
+                "Replay: the clock's decisions are the recorded run's: %d validations (at steps "
+                "%s), the warmup's end at step %s, dropout off at step %s, the stop at step %s",
+                len(replayed.validations), ", ".join(map(str, replayed.validations)),
+                replayed.warmup_ended_at, replayed.dropout_off_at, replayed.stopped_at,
+            )  # fmt: skip
+        elif replayed is not None:
+            raise ValueError(
+                "replay needs trainer.max_time, the budget the replayed run had: a run without "
+                "one has no clock to replay"
+            )
         if self.active:
             self._test_share = _test_share(trainer, pl_module) if self.test else 0.0
             log.info(
@@ -196,12 +254,30 @@ class TimeBudget(Callback):
 
     def progress(self) -> float | None:
         """Training time so far over the time training may take (0 to 1, never decreasing),
-        or None without a budget."""
+        or None without a budget. Read once at each optimizer step (the schedule and the stop
+        both ask) and recorded; a replay reads the record."""
         if not self.active:
             return None
-        usable = max(self._budget - self.reserve(), 1e-9)
-        self._progress = max(self._progress, min(1.0, self._timer.time_elapsed("train") / usable))
-        return self._progress
+        trainer = self._trainer
+        step = getattr(trainer, "global_step", None)
+        if step in self.record.progress:
+            return self.record.progress[step]
+        if self._replayed is not None:
+            if step not in self._replayed.progress:
+                raise ValueError(
+                    f"replay: the replayed run recorded no clock reading at step {step}: this "
+                    "run went past its steps, which a replay of the same config does not do"
+                )
+            value = self._replayed.progress[step]
+        else:
+            usable = max(self._budget - self.reserve(), 1e-9)
+            value = max(self._progress, min(1.0, self._timer.time_elapsed("train") / usable))
+            if getattr(trainer, "world_size", 1) > 1:
+                value = trainer.strategy.broadcast(value)  # rank 0's, so rates agree
+        self._progress = value
+        if step is not None:
+            self.record.progress[step] = value
+        return value
 
     def warming_up(self, step: int, warmup_steps: int, warmup_share: float | None) -> bool:
         """Whether optimizer step `step` is in the warmup: before warmup_steps, and (with a
@@ -229,6 +305,7 @@ class TimeBudget(Callback):
             return None if progress is None else 0.0
         if self._warmup_end is None:  # the first step after the warmup
             self._warmup_end = progress
+            self.record.warmup_ended_at = step
             if progress > 0.5:
                 log.warning(
                     "the warmup (model.training.warmup_steps=%d) took %.0f%% of the time "
@@ -236,30 +313,36 @@ class TimeBudget(Callback):
                     "for this budget, or set model.training.warmup_share",
                     warmup_steps, 100 * progress,
                 )  # fmt: skip
-        if self._warmup_end >= 1.0:
-            return 1.0
-        return min(1.0, (progress - self._warmup_end) / (1.0 - self._warmup_end))
+        done = 1.0
+        if self._warmup_end < 1.0:
+            done = min(1.0, (progress - self._warmup_end) / (1.0 - self._warmup_end))
+        if done >= 1.0 and self.record.schedule_ended_at is None:
+            self.record.schedule_ended_at = step
+        return done
 
     def state_dict(self) -> dict[str, Any]:
-        # Saved in checkpoints: a resume continues the decay and keeps dropout as decided.
-        return {
-            "warmup_end": self._warmup_end,
-            "paced_at": self._paced_at,
-            "dropout_off_at": self._dropout_off_at,
-        }
+        # Saved in checkpoints: a resume continues the decay and keeps dropout as decided,
+        # and the record of the clock's decisions goes on (paced_at and dropout_off_at in it).
+        return {"warmup_end": self._warmup_end, **self.record.state()}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._warmup_end = state_dict.get("warmup_end")
-        self._dropout_off_at = state_dict.get("dropout_off_at")
         # Decided before the resume: at paced_at (checkpoints from before it was saved hold
         # only dropout_off_at, set where the decision turned dropout off).
-        self._paced_at = state_dict.get("paced_at", self._dropout_off_at)
+        self.record = ClockRecord.from_state(state_dict)
+
+    def on_save_checkpoint(self, trainer: Any, pl_module: Any, checkpoint: dict) -> None:
+        self._write_record(trainer)
+
+    def _write_record(self, trainer: Any) -> None:
+        if self.active and self.dirpath is not None and trainer.is_global_zero:
+            self.record.write(self.dirpath)
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         if not self.active:
             return
         self._last_validation = self._timer.time_elapsed("train")  # a resume counts from here
-        if self._dropout_off_at is not None:  # turned off before the checkpoint it resumes
+        if self.record.dropout_off_at is not None:  # turned off before the checkpoint resumed
             pl_module.model.set_dropout(0.0)
 
     def on_validation_epoch_start(self, trainer: Any, pl_module: Any) -> None:
@@ -270,7 +353,8 @@ class TimeBudget(Callback):
             self._validation_seconds = time.monotonic() - self._validation_started
             if self.active:
                 self._last_validation = self._timer.time_elapsed("train")
-                if self._paced_at is None:
+                self.record.validations.append(trainer.global_step)
+                if self.record.paced_at is None:
                     self._fit_to_pace(trainer, pl_module)
 
     def _fit_to_pace(self, trainer: Any, pl_module: Any) -> None:
@@ -278,9 +362,16 @@ class TimeBudget(Callback):
         and epochs (logged), and dropout off for the rest of the run if the budget buys fewer
         epochs than model.training.dropout_min_epochs (rank 0's estimate, for every process)."""
         steps, elapsed = trainer.global_step, self._timer.time_elapsed("train")
+        if self._replayed is not None:  # decided as the replayed run decided
+            self.record.paced_at = steps
+            if self._replayed.dropout_off_at is not None:
+                pl_module.model.set_dropout(0.0)
+                self.record.dropout_off_at = steps
+                log.info("Replay: dropout off from step %d, as recorded", steps)
+            return
         if steps < 1 or elapsed <= 0:
             return
-        self._paced_at = steps
+        self.record.paced_at = steps
         usable = max(self._budget - self.reserve(), 0.0)
         by_time = int(steps / elapsed * usable)
         # Where trainer.max_steps or max_epochs ends fit first (a fast machine), the run makes
@@ -299,7 +390,7 @@ class TimeBudget(Callback):
         off = off and pl_module.model.config.dropout > 0
         if trainer.strategy.broadcast(off):
             pl_module.model.set_dropout(0.0)
-            self._dropout_off_at = steps
+            self.record.dropout_off_at = steps
         if not trainer.is_global_zero:
             return
         log.info(
@@ -327,9 +418,11 @@ class TimeBudget(Callback):
     def validation_due(self) -> bool:
         """Whether the training time since the last validation has reached the interval, with
         at least half an interval left before the stop, which validates anyway (never without
-        a budget and validation by the clock)."""
+        a budget and validation by the clock). A replay validates where the record did."""
         if self._interval is None:
             return False
+        if self._replayed is not None:
+            return self._trainer.global_step in self._replayed.validations
         elapsed = self._timer.time_elapsed("train")
         to_stop = self._budget - self.reserve() - elapsed
         return elapsed - self._last_validation >= self._interval and to_stop >= self._interval / 2
@@ -342,7 +435,13 @@ class TimeBudget(Callback):
             return
         # Rank 0's clock decides, for every process: each has its own, and a process that
         # validated while another trained a step would wait for it forever.
-        stop, due = trainer.strategy.broadcast((self.progress() >= 1.0, self.validation_due()))
+        if self._replayed is not None:
+            stop = self._replayed.stopped_at is not None
+            stop = stop and trainer.global_step >= self._replayed.stopped_at
+            self.progress()  # recorded as this run's, as in the run replayed
+            due = self.validation_due()
+        else:
+            stop, due = trainer.strategy.broadcast((self.progress() >= 1.0, self.validation_due()))
         if self._interval is not None and not stop:
             # Lightning (>= 2.6) validates by the clock when the time since its last validation
             # reaches the interval, read from each process's own clock with nothing to make
@@ -354,7 +453,7 @@ class TimeBudget(Callback):
         if not stop:
             return
         trainer.should_stop = True  # Lightning validates, then fit ends
-        self._stopped_at = trainer.global_step
+        self._stopped_at = self.record.stopped_at = trainer.global_step
         if trainer.is_global_zero:
             log.info(
                 "Time budget: training stops at step %d after %.1f s, keeping %.1f s of %.0f s "
@@ -365,6 +464,8 @@ class TimeBudget(Callback):
 
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
         if self.active:
+            self.record.ended_at = trainer.global_step
+            self._write_record(trainer)
             self._train_seconds = self._timer.time_elapsed("train")
             if not self.test and trainer.is_global_zero:
                 log.info("Time budget: used %.1f s of %.0f s", self._train_seconds, self._budget)
@@ -375,6 +476,11 @@ class TimeBudget(Callback):
         if self.active and self._train_seconds is not None and trainer.is_global_zero:
             used = self._train_seconds + self._timer.time_elapsed("test")
             log.info("Time budget: used %.1f s of %.0f s", used, self._budget)
+
+
+def _last_batch(trainer: Any) -> bool:
+    """Whether the training batch that runs is its epoch's last."""
+    return bool(trainer.fit_loop.epoch_loop.batch_progress.is_last_batch)
 
 
 def _fit_ends_after(trainer: Any, batch_idx: int) -> bool:

@@ -49,18 +49,19 @@ def with_run_overrides(args: list[str]) -> list[str]:
     `python train.py resume=RUN` continues RUN as it was configured: the overrides its last
     start was given (RUN/.hydra/overrides.yaml, or the newest .hydra/resume-*/overrides.yaml)
     come first, and the command line's own follow them and win. Whether what the command
-    line changes may change on a resume is preflight.check_resume's to say. Any other
-    command line comes back as it is.
+    line changes may change on a resume is preflight.check_resume's to say. `python train.py
+    replay=RUN` gets RUN's overrides first in the same way, in a new run directory
+    (preflight.replay_record checks the result). Any other command line comes back as it is.
     """
     import yaml
 
     given = dict(arg.split("=", 1) for arg in args if "=" in arg and not arg.startswith("-"))
-    resume, ckpt_path = (given.get(key) for key in ("resume", "ckpt_path"))
+    resume, ckpt_path, replay = (
+        None if given.get(key) in ("", "null") else given.get(key)
+        for key in ("resume", "ckpt_path", "replay")
+    )
     train = given.get("train", "true").lower() != "false"
-    run_dir = resumed_run(
-        train, None if resume in ("", "null") else resume,
-        None if ckpt_path in ("", "null") else ckpt_path,
-    )  # fmt: skip
+    run_dir = resumed_run(train, resume, ckpt_path) or (Path(replay) if replay else None)
     if run_dir is None:
         return args
     saved_files = RunDir(run_dir).overrides()

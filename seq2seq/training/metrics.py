@@ -125,7 +125,8 @@ class StageMetrics(nn.Module):
     and test, scored with sacreBLEU once the epoch is whole.
 
     An nn.Module so the collections follow the module to its device; they hold no weights and
-    add nothing to a checkpoint.
+    add nothing to the state_dict (a checkpoint saved mid-epoch carries the training epoch's
+    states in a key of its own: train_states, restore_train_states).
     """
 
     def __init__(self, src_vocab: Any, tgt_vocab: Any) -> None:
@@ -154,6 +155,23 @@ class StageMetrics(nn.Module):
             positions = batch["src"].numel() + batch["tgt_in"].numel()
             padded = (batch["src"] == pad).sum() + (batch["tgt_in"] == pad).sum()
             metrics[names.metric(stage, names.PADDING)].update(padded / positions, weight=positions)
+
+    def train_states(self) -> dict[str, dict[str, Tensor]]:
+        """The training epoch's metric states so far, as plain tensors."""
+        return {
+            name: {key: value.detach().cpu().clone() for key, value in metric.metric_state.items()}
+            for name, metric in self.get_submodule("train_metrics").items()
+        }
+
+    def restore_train_states(self, states: dict[str, dict[str, Tensor]]) -> None:
+        """Continue a training epoch from train_states() saved mid-epoch."""
+        metrics = self.get_submodule("train_metrics")
+        for name, saved in states.items():
+            metric = metrics[name]
+            for key, value in saved.items():
+                setattr(metric, key, value.to(getattr(metric, key).device))
+            metric._update_count = max(metric._update_count, 1)  # computed as if updated here
+            metric._computed = None
 
     def update_outputs(self, stage: str, batch: dict[str, Tensor], predictions: Tensor) -> None:
         """Exact match and CER of a decoded batch; its texts kept for the epoch's BLEU, chrF."""

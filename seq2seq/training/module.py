@@ -92,6 +92,9 @@ class Seq2SeqModule(Decodes, L.LightningModule):
 
     def on_train_start(self) -> None:
         self.run_state.start()
+        if self.run_state.train_metric_states:  # resumed mid-epoch: the epoch goes on
+            self.metrics.restore_train_states(self.run_state.train_metric_states)
+            self.run_state.train_metric_states = {}
 
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
         self.run_state.apply_rng()  # a resumed run's, where the saving run stood
@@ -217,7 +220,14 @@ class Seq2SeqModule(Decodes, L.LightningModule):
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         # Lightning does not save random states; seq2seq.checkpoint owns these keys.
         signature = signatures(self.settings.bleu_tokenize)
-        self.run_state.save(checkpoint, self.trainer.callback_metrics, signature)
+        # The epoch's training metrics so far, where a resume goes on with the epoch: saved
+        # mid-epoch, by one process (under DDP each has its own share, which one file cannot
+        # give back to each: there a resumed epoch's means cover the batches after it).
+        trainer = self.trainer
+        last_batch = trainer.fit_loop.epoch_loop.batch_progress.is_last_batch
+        mid_epoch = trainer.state.fn == "fit" and not last_batch
+        states = self.metrics.train_states() if mid_epoch and trainer.world_size == 1 else None
+        self.run_state.save(checkpoint, trainer.callback_metrics, signature, states)
 
     def on_train_end(self) -> None:
         if self._skipped:

@@ -40,6 +40,7 @@ def check_config(cfg: DictConfig) -> Any:
     resume_from = checkpoint_to_resume(cfg)
     if resume_from and cfg.train:
         check_resume(cfg, resume_from)
+    replay_record(cfg)
     checks.integer("average_last", cfg.get("average_last", 0), minimum=0)
     if cfg.get("validations") is not None:
         checks.integer("validations", cfg.validations, minimum=1)
@@ -192,8 +193,16 @@ RESUME_MAY_CHANGE = (
     # ends, where both checks come after the validation): a run made before them resumes.
     "callbacks.early_stopping.check_on_train_epoch_end",
 )  # fmt: skip
+# What a replay may change: what is logged, shown, loaded in parallel, kept or tested; nothing
+# that changes what is trained, or when.
+REPLAY_MAY_CHANGE = (
+    "trainer.log_every_n_steps", "trainer.enable_progress_bar", "trainer.enable_model_summary",
+    "trainer.profiler", "data.num_workers", "data.pin_memory", "model.training.log_examples",
+    "callbacks.progress_bar", "callbacks.lr_monitor", "test", "average_last",
+    "callbacks.recent_checkpoints.save_top_k", "callbacks.time_budget.test",
+)  # fmt: skip
 # Where the run is and what it logs to: a moved run directory or another logger is no change.
-RESUME_IGNORES = ("paths", "logger", "hydra", "resume", "ckpt_path", "task_name")
+RESUME_IGNORES = ("paths", "logger", "hydra", "resume", "ckpt_path", "task_name", "replay")
 PATH_KEYS = ("dirpath", "save_dir", "default_root_dir", "data_dir")
 
 
@@ -237,6 +246,24 @@ def check_resume(cfg: DictConfig, path: str) -> None:
     saved = run_record(checkpoint)["run_config"]
     if saved is None:
         return  # a checkpoint written before runs saved their config: the model check remains
+    difference = first_difference(cfg, saved, RESUME_MAY_CHANGE)
+    if difference is not None:
+        key, now, then = difference
+        raise ValueError(
+            f"{key}={now} differs from the run being resumed ({key}={then} in {path}): a "
+            "resume continues the run as configured and may change only "
+            f"{', '.join(RESUME_MAY_CHANGE[:5])} and logging; start a new run for other "
+            f"settings (the run's own overrides: {run_dir}/.hydra/overrides.yaml)"
+        )
+
+
+def first_difference(
+    cfg: DictConfig, saved: dict[str, Any], may_change: tuple[str, ...]
+) -> tuple[str, Any, Any] | None:
+    """The first setting (shallowest first) whose value in cfg differs from a run's saved
+    config, as (key, now, then); None if none does. Keys under may_change or RESUME_IGNORES,
+    and path keys, are not compared; a setting newer than the run counts as unchanged at its
+    off value."""
     recorded = {
         k: current_target(v) if k.endswith("_target_") else v
         for k, v in checks.flatten(saved).items()
@@ -244,7 +271,7 @@ def check_resume(cfg: DictConfig, path: str) -> None:
     given = checks.flatten(OmegaConf.to_container(cfg, resolve=False))
     # Shallow keys first: seed=1 is reported as seed, not as the data.seed it also sets.
     for key in sorted(set(recorded) | set(given), key=lambda k: (k.count("."), k)):
-        if _ignored_on_resume(key):
+        if _ignored(key, may_change):
             continue
         now = OmegaConf.select(cfg, key, default=None, throw_on_resolution_failure=False)
         now = OmegaConf.to_container(now, resolve=True) if OmegaConf.is_config(now) else now
@@ -252,13 +279,39 @@ def check_resume(cfg: DictConfig, path: str) -> None:
             continue
         if key not in recorded and now == _off_value(key):
             continue  # a setting newer than the run, at its default (off): nothing changes
-        then = recorded.get(key, "<not set>")
+        return key, now, recorded.get(key, "<not set>")
+    return None
+
+
+def replay_record(cfg: DictConfig) -> Any:
+    """With replay=RUN: RUN's clock record (seq2seq.training.clock), once the config is
+    checked to be RUN's own (REPLAY_MAY_CHANGE aside) as its last checkpoint recorded it;
+    None without replay."""
+    from seq2seq.checkpoint import CheckpointError, load_checkpoint, run_record
+    from seq2seq.training.clock import read_record
+
+    replay = cfg.get("replay")
+    if not replay:
+        return None
+    if not cfg.train:
+        raise ValueError(f"replay={replay} trains the run's config again: drop train=false")
+    record = read_record(replay)
+    last = RunDir(replay).last
+    try:
+        saved = run_record(load_checkpoint(last, mmap=True))["run_config"]
+    except CheckpointError as error:
+        raise ValueError(f"replay={replay}: {error}: the run's config is read from it") from None
+    difference = first_difference(cfg, saved or {}, REPLAY_MAY_CHANGE)
+    if difference is not None:
+        key, now, then = difference
+        commit = f" ({record.commit})" if record.commit else ""
         raise ValueError(
-            f"{key}={now} differs from the run being resumed ({key}={then} in {path}): a "
-            "resume continues the run as configured and may change only "
-            f"{', '.join(RESUME_MAY_CHANGE[:5])} and logging; start a new run for other "
-            f"settings (the run's own overrides: {run_dir}/.hydra/overrides.yaml)"
+            f"{key}={now} differs from the replayed run ({key}={then} in {last}): a replay "
+            "trains the run's own config and may change only logging, data.num_workers and "
+            f"test; drop {key} from the command line, or, if this code's defaults changed "
+            f"since, check out the commit the run was made at{commit}"
         )
+    return record
 
 
 # The modules that moved into the package's layers (seq2seq/core, seq2seq/training): a run
@@ -281,11 +334,11 @@ def current_target(target: Any) -> Any:
     return target
 
 
-def _ignored_on_resume(key: str) -> bool:
+def _ignored(key: str, may_change: tuple[str, ...]) -> bool:
     def under(prefix: str) -> bool:
         return key == prefix or key.startswith(prefix + ".")
 
-    if any(map(under, RESUME_IGNORES)) or any(map(under, RESUME_MAY_CHANGE)):
+    if any(map(under, RESUME_IGNORES)) or any(map(under, may_change)):
         return True
     return key.rsplit(".", 1)[-1] in PATH_KEYS
 

@@ -1,0 +1,113 @@
+"""What a time budget's clock decided in a run, recorded so that the run can be replayed.
+
+Under `trainer.max_time` the clock, not the config, decides where a run validates, how far its
+learning-rate schedule has come at each step (and so where the warmup ends), whether dropout
+goes off and where training stops (callbacks.TimeBudget). Two runs of one command therefore
+differ, on one machine and more so on two. TimeBudget writes each decision into a ClockRecord:
+into every checkpoint (its callback state) and into the run directory's clock.json (at each
+checkpoint and when training ends). `python train.py replay=RUN` trains RUN's config again
+with the clock replaced by RUN's record, so the same steps see the same rates, validations,
+dropout and stop (docs/runs.md says how exact that is across machines).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from seq2seq.run_dir import RunDir
+
+__all__ = ["VERSION", "ClockRecord", "read_record"]
+
+VERSION = 1  # of clock.json's layout: a replay refuses another
+
+
+@dataclass
+class ClockRecord:
+    """A run's clock decisions, by optimizer step (Lightning's global_step)."""
+
+    budget: float | None = None  # trainer.max_time, in seconds
+    commit: str | None = None  # the code's git commit ("-dirty": with changes), if a checkout
+    # The budget's progress (training time over the time training may take, 0 to 1) as read
+    # once at each step: the warmup by the clock and the decay by the clock follow from it.
+    progress: dict[int, float] = field(default_factory=dict)
+    validations: list[int] = field(default_factory=list)  # the steps validated at
+    warmup_ended_at: int | None = None  # the first step after the warmup
+    paced_at: int | None = None  # the step of the first validation, which judged the pace
+    dropout_off_at: int | None = None  # the step at which dropout went off (None: never)
+    schedule_ended_at: int | None = None  # the first step at the end of the decay
+    stopped_at: int | None = None  # where the budget stopped training (None: something else)
+    ended_at: int | None = None  # the step fit ended at (None: not ended, e.g. interrupted)
+
+    def state(self) -> dict[str, Any]:
+        """For a checkpoint (torch.save keeps the integer steps)."""
+        return {**asdict(self), "progress": dict(self.progress)}
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> ClockRecord:
+        """From a checkpoint's or clock.json's fields; fields it lacks (a checkpoint from before
+        a field was recorded) keep their defaults, and dropout_off_at stands in for paced_at."""
+        known = {f.name for f in fields(cls)} - {"progress"}
+        record = cls(**{k: v for k, v in state.items() if k in known})
+        record.progress = {int(step): float(p) for step, p in state.get("progress", {}).items()}
+        if "paced_at" not in state:
+            record.paced_at = record.dropout_off_at
+        return record
+
+    def write(self, run_dir: str | Path) -> None:
+        """RUN/clock.json, replaced whole (a kill during the write leaves the previous one)."""
+        path = RunDir(run_dir).clock
+        path.parent.mkdir(parents=True, exist_ok=True)
+        text = json.dumps({"version": VERSION, **self.state()})  # steps as keys: strings
+        partial = path.with_name(f".{path.name}.{os.getpid()}")
+        partial.write_text(text, encoding="utf-8")
+        partial.replace(path)
+
+
+def code_commit() -> str | None:
+    """The git commit of the code that runs (with "-dirty" if its tracked files are changed),
+    or None outside a git checkout (an installed package)."""
+    project = Path(__file__).resolve().parents[2]
+    try:
+        done = subprocess.run(
+            ["git", "-C", str(project), "describe", "--always", "--dirty", "--abbrev=40"],
+            capture_output=True, text=True, timeout=10, check=True,
+        )  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip() or None
+
+
+def read_record(run_dir: str | Path) -> ClockRecord:
+    """The clock record of a run that trained to its end, or a ValueError that says why not."""
+    path = RunDir(run_dir).clock
+    if not Path(run_dir).is_dir():
+        raise ValueError(f"replay={run_dir} is not a run directory: give the directory of a run")
+    if not path.is_file():
+        raise ValueError(
+            f"replay={run_dir}: the run recorded no clock decisions ({path} does not exist): "
+            "it ran without trainer.max_time (rerun its command: without a budget two runs are "
+            "the same), or before runs recorded them"
+        )
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise ValueError(f"replay={run_dir}: {path} cannot be read ({error})") from None
+    if not isinstance(saved, dict) or saved.get("version") != VERSION:
+        version = saved.get("version") if isinstance(saved, dict) else None
+        raise ValueError(
+            f"replay={run_dir}: {path} is version {version} of the record, this code reads "
+            f"version {VERSION}: check out the commit the run was made at to replay it"
+        )
+    record = ClockRecord.from_state(saved)
+    if record.ended_at is None:
+        last = max(record.progress, default=0)
+        raise ValueError(
+            f"replay={run_dir}: the run's training did not end (its record stops at step "
+            f"{last}): finish it with resume={run_dir}, then replay it"
+        )
+    return record
