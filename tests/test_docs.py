@@ -118,6 +118,72 @@ def test_the_tests_table_is_what_tests_holds() -> None:
     assert all(proves for _, proves, _ in tests_table.rows()), "a test file without a docstring"
 
 
+MACHINES = ROOT / "docs" / "machines.md"
+# How a figure names its machine: the names of docs/machines.md's table, nothing vaguer.
+MACHINE_WORDS = re.compile(r"\b(Xeon|Zen \d|EPYC \d GHz)\b")
+VAGUE_MACHINES = (
+    "this project's 2-core", "this project's machine", "the development machine",
+    "a third 2-core machine", "a fourth 2-core machine", "a fifth 2-core machine",
+)  # fmt: skip
+
+
+def machine_names() -> list[str]:
+    """The first column of docs/machines.md's table."""
+    rows = [line for line in MACHINES.read_text(encoding="utf-8").splitlines() if line[:2] == "| "]
+    return [row.split("|")[1].strip() for row in rows[1:]]  # the header row aside
+
+
+def test_every_machine_a_figure_names_is_in_the_machines_table() -> None:
+    names = machine_names()
+    assert {"Xeon", "Zen 3"} <= set(names), names
+    header = MACHINES.read_text(encoding="utf-8").split("\n| name |")[1].split("\n")[0]
+    for column in ("CPU", "vector width", "matmul peak", "pace of a training step"):
+        assert column in header, column
+    for page in PAGES:
+        text = page.read_text(encoding="utf-8")
+        for vague in VAGUE_MACHINES:
+            assert vague not in text, f"{page.name} says {vague!r}: name the machine (machines.md)"
+        for found in MACHINE_WORDS.finditer(text):
+            line = text[: found.start()].count("\n") + 1
+            assert found[1] in names, f"{page.name}:{line}: {found[1]} is not in machines.md"
+
+
+def results_tables(text: str) -> Iterator[tuple[int, str]]:
+    """(line number, the line before the blank line above it) of each table's header row."""
+    lines = text.splitlines()
+    for i, line in enumerate(lines[:-1]):
+        starts = line.startswith("|") and re.fullmatch(r"\|[-| :]+\|", lines[i + 1])
+        if starts and not lines[i - 1].startswith("|"):
+            yield i + 1, lines[i - 2] if i >= 2 else ""
+
+
+def test_every_results_table_names_its_commit_and_machine() -> None:
+    """docs/results.md: above each table, the commit it ran at (one that exists, where the clone
+    has its history) and its machine's name from docs/machines.md."""
+    import subprocess
+
+    names = machine_names()
+    text = (ROOT / "docs" / "results.md").read_text(encoding="utf-8")
+    tables = list(results_tables(text))
+    assert len(tables) > 10
+    full_history = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "--is-shallow-repository"],
+        capture_output=True, text=True,
+    ).stdout.strip() == "false"  # fmt: skip
+    for line, note in tables:
+        named = re.fullmatch(
+            r"Ran at commit `([0-9a-f]{7,40})` on the \[([^]]+)\]\(machines\.md\).*", note
+        )
+        assert named, f"results.md:{line}: the table does not name its commit and machine: {note!r}"
+        commit, machine = named.groups()
+        assert machine in names, f"results.md:{line}: {machine} is not in machines.md"
+        if full_history:
+            known = subprocess.run(
+                ["git", "-C", str(ROOT), "cat-file", "-e", f"{commit}^{{commit}}"]
+            )
+            assert known.returncode == 0, f"results.md:{line}: no commit {commit}"
+
+
 def test_every_command_is_of_a_kind_this_suite_checks() -> None:
     kinds = {command: kind(command) for command in all_commands()}
     assert "unknown" not in kinds.values(), [c for c, k in kinds.items() if k == "unknown"]
@@ -180,8 +246,10 @@ def cli_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     with resume=RUN alone), as small as a run can be."""
     where = tmp_path_factory.mktemp("cli_run")
     # One epoch of five steps, validated after each: five checkpoints for average_last to keep.
+    # A budget it never reaches (the epoch ends it) makes it record its clock, for replay=RUN.
     args = ["data.corpus.train_size=320", "data.corpus.val_size=16", "data.corpus.test_size=16",
             "trainer.max_epochs=1", "trainer.val_check_interval=1", "average_last=5",
+            "trainer.max_time=00:00:10:00",
             f"hydra.run.dir={where / 'run'}", f"paths.data_dir={where / 'data'}"]  # fmt: skip
     with pytest.MonkeyPatch.context() as monkeypatch:
         assert run_train_cli(args, where, monkeypatch) == 0

@@ -597,6 +597,24 @@ def test_validations_by_the_clock_are_rank_0s_decision() -> None:
     assert trainer._last_val_time == 5.0
 
 
+def test_a_stop_by_lightnings_timer_is_recorded_as_the_clocks() -> None:
+    """Where Lightning's Timer ends fit at the budget (a step or a validation outran the
+    reserve), the record says training stopped there, so a replay stops there too; a run that
+    ended within its budget (a step or epoch limit, early stopping) has no stop recorded."""
+    from types import SimpleNamespace
+
+    clock = {"elapsed": 0.0}
+    trainer = SimpleNamespace(global_step=40, is_global_zero=True)
+    timed_out = clocked_budget(100.0, clock)
+    clock["elapsed"] = 100.2
+    timed_out.on_train_end(trainer, None)
+    assert (timed_out.record.stopped_at, timed_out.record.ended_at) == (40, 40)
+    within = clocked_budget(100.0, clock)
+    clock["elapsed"] = 61.0
+    within.on_train_end(trainer, None)
+    assert (within.record.stopped_at, within.record.ended_at) == (None, 40)
+
+
 def test_a_warmup_share_ends_the_warmup_by_the_clock() -> None:
     """model.training.warmup_share: with a time budget the warmup also ends at that share of the
     training time, rising by whichever of steps and clock is further, and the cosine starts

@@ -465,6 +465,11 @@ class TimeBudget(Callback):
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
         if self.active:
             self.record.ended_at = trainer.global_step
+            # Lightning's Timer stopped it at the budget (a step or validation outran the
+            # reserve): a stop by the clock too, which a replay repeats.
+            timer_stopped = self._timer.time_elapsed("train") >= self._budget
+            if self.record.stopped_at is None and self._replayed is None and timer_stopped:
+                self.record.stopped_at = trainer.global_step
             self._write_record(trainer)
             self._train_seconds = self._timer.time_elapsed("train")
             if not self.test and trainer.is_global_zero:

@@ -72,6 +72,8 @@ def code_commit() -> str | None:
     """The git commit of the code that runs (with "-dirty" if its tracked files are changed),
     or None outside a git checkout (an installed package)."""
     project = Path(__file__).resolve().parents[2]
+    if not (project / ".git").exists():  # installed, perhaps inside another repository
+        return None
     try:
         done = subprocess.run(
             ["git", "-C", str(project), "describe", "--always", "--dirty", "--abbrev=40"],
