@@ -11,6 +11,7 @@ import io
 import itertools
 import json
 import logging
+import os
 import signal
 import subprocess
 import sys
@@ -45,8 +46,15 @@ EPOCH_STEPS = 16
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> dict:
     """The run every interrupted-and-resumed run must equal, step by step."""
+    return uninterrupted_run(tmp_path_factory, data_dir)
+
+
+def uninterrupted_run(
+    tmp_path_factory: pytest.TempPathFactory, data_dir: Path, *extra: str
+) -> dict:
+    """RUN (with extra overrides) to its end: its summary, losses and epoch means."""
     tmp_path = tmp_path_factory.mktemp("uninterrupted")
-    summary = train(compose_train(tmp_path, data_dir, RUN))
+    summary = train(compose_train(tmp_path, data_dir, [*RUN, *extra]))
     metrics_csv = Path(summary["run_dir"]) / "csv" / "version_0" / "metrics.csv"
     losses = logged_losses(metrics_csv)
     assert sorted(losses) == list(range(TOTAL_STEPS))
@@ -107,9 +115,9 @@ def epoch_means(metrics_csv: Path) -> dict[int, dict[str, float]]:
         }
 
 
-def resume_in_process(run_dir: Path, data_dir: Path) -> dict:
+def resume_in_process(run_dir: Path, data_dir: Path, *extra: str) -> dict:
     """`python train.py resume=RUN_DIR`, as train(cfg) in this process."""
-    cfg = compose_train(run_dir.parent, data_dir, [*RUN, f"resume={run_dir}"])
+    cfg = compose_train(run_dir.parent, data_dir, [*RUN, *extra, f"resume={run_dir}"])
     cfg.paths.output_dir = str(run_dir)
     return train(cfg)
 
@@ -229,6 +237,40 @@ def test_sigterm_in_an_epochs_last_batch_stops_after_the_epochs_end_and_resumes_
         assert values == pytest.approx(uninterrupted["epoch_means"][epoch], abs=1e-6), epoch
     resume_in_process(run_dir, data_dir)
     assert_resumed_exactly(run_dir, step, uninterrupted)
+
+
+def test_sigterm_during_a_validation_stops_after_it_and_resumes_exactly(
+    tmp_path: Path, data_dir: Path, tmp_path_factory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A real SIGTERM in a validation mid-epoch (every 8 batches here): the validation ends,
+    its metrics logged, and the run stops after the next batch; the resume is exact. Stopped
+    inside the validation, Lightning lost it and logged the later steps one off."""
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+    from seq2seq.training.callbacks import InterruptCheckpoint
+
+    sent = []
+
+    def signal_arrives(self, trainer, *args) -> None:
+        if trainer.state.fn == "fit" and not trainer.sanity_checking and not sent:
+            sent.append(trainer.global_step)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(
+        InterruptCheckpoint, "on_validation_batch_start", signal_arrives, raising=False
+    )
+    cfg = compose_train(tmp_path, data_dir, [*RUN, "trainer.val_check_interval=8"])
+    with pytest.raises(SIGTERMException):
+        train(cfg)
+    monkeypatch.undo()
+    run_dir = Path(cfg.paths.output_dir)
+    step = saved_step(run_dir / "checkpoints" / "last.ckpt")
+    assert sent == [8] and step == 9  # the validation ended, then one more batch
+    with open(run_dir / "csv" / "version_0" / "metrics.csv") as f:
+        assert [row["step"] for row in csv.DictReader(f) if row.get("val/loss")] == ["7"]
+    resume_in_process(run_dir, data_dir, "trainer.val_check_interval=8")
+    validating = uninterrupted_run(tmp_path_factory, data_dir, "trainer.val_check_interval=8")
+    assert_resumed_exactly(run_dir, step, validating)
 
 
 @pytest.fixture

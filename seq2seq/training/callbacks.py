@@ -34,11 +34,13 @@ class InterruptCheckpoint(Callback):
     save: saved mid-batch, the batch the loader has already fetched would be skipped on resume.
     Lightning does this for SIGTERM; for Ctrl-C this callback catches SIGINT during training
     (one process only; a second Ctrl-C stops at once, mid-batch, saving the last finished step).
-    A signal in an epoch's last batch stops after the next batch instead, once the epoch has
-    ended (its validation, means and checkpoints done): Lightning (2.6) resumes a checkpoint
-    saved between an epoch's last batch and its end by ending that epoch again, with empty
-    training means and every later step logged one behind, or, stopped in that validation,
-    by skipping the epochs left. One process only; under DDP Lightning's own stop applies.
+    A signal in an epoch's last batch, or a SIGTERM during a validation in fit, stops after the
+    next training batch instead, once the epoch's end or the validation is done: Lightning
+    (2.6) resumes a checkpoint saved between a batch's end and the next batch (in an epoch's
+    end, in a validation) by ending that epoch again with empty training means, by skipping
+    the epochs left, or by losing the validation, with the later steps logged one off; a
+    checkpoint saved at a batch's end it resumes exactly. One process only; under DDP
+    Lightning's own stop applies.
     """
 
     def __init__(self, dirpath: str, filename: str = "last") -> None:
@@ -47,7 +49,9 @@ class InterruptCheckpoint(Callback):
         self._saved = False
         self._ctrl_c = False
         self._sigterm_waits = False  # a SIGTERM in an epoch's last batch, for after its end
+        self._sigterm_held = False  # a SIGTERM during a validation, for after it
         self._previous_handler: Any = None
+        self._previous_sigterm: Any = None  # Lightning's SIGTERM handler, during a validation
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         self._saved = self._ctrl_c = self._sigterm_waits = False
@@ -58,6 +62,30 @@ class InterruptCheckpoint(Callback):
         )
         if ours_to_take:
             self._previous_handler = signal.signal(signal.SIGINT, self._on_ctrl_c)
+
+    def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
+        ours_to_take = (
+            trainer.state.fn == "fit"
+            and not trainer.sanity_checking
+            and trainer.world_size == 1
+            and threading.current_thread() is threading.main_thread()
+        )
+        if ours_to_take:
+            self._previous_sigterm = signal.signal(signal.SIGTERM, self._hold_sigterm)
+
+    def _hold_sigterm(self, signum: int, frame: Any) -> None:
+        self._sigterm_held = True
+
+    def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
+        self._restore_sigterm()
+        if self._sigterm_held:  # it stops after the next training batch
+            self._sigterm_held, self._sigterm_waits = False, True
+
+    def _restore_sigterm(self) -> None:
+        if self._previous_sigterm is not None:
+            if signal.getsignal(signal.SIGTERM) == self._hold_sigterm:
+                signal.signal(signal.SIGTERM, self._previous_sigterm)
+            self._previous_sigterm = None
 
     def _on_ctrl_c(self, signum: int, frame: Any) -> None:
         if self._ctrl_c:  # the second Ctrl-C: stop now
@@ -101,6 +129,7 @@ class InterruptCheckpoint(Callback):
 
     def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
         self._restore_handler()
+        self._restore_sigterm()
         if self._saved:
             return
         if isinstance(exception, KeyboardInterrupt):  # mid-batch: the last finished step
@@ -129,6 +158,7 @@ class InterruptCheckpoint(Callback):
 
     def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
         self._restore_handler()  # the file is the run's last.ckpt: keep it
+        self._restore_sigterm()
 
 
 class TimeBudget(Callback):
