@@ -289,7 +289,9 @@ def test_datamodule_drops_and_counts_empty_and_long_pairs_and_splits_off_missing
 
 
 def hygiene_datamodule(tmp_path: Path, rows: list[str], **kwargs) -> TranslationDataModule:
-    path = write(tmp_path / "pairs.tsv", "src\ttgt\n" + "".join(r + "\n" for r in rows))
+    path, text = tmp_path / "pairs.tsv", "src\ttgt\n" + "".join(r + "\n" for r in rows)
+    if not (path.is_file() and path.read_text(encoding="utf-8") == text):
+        write(path, text)  # not again: the file's time is part of the corpus's cache key
     args = dict(
         tokenizer={"kind": "char"},
         max_length=40,
@@ -318,6 +320,23 @@ def test_duplicate_pairs_are_dropped_and_counted(tmp_path: Path, caplog) -> None
         datamodule.setup("fit")
     assert f"train: dropped 5 duplicate pairs of {len(MANY)}" in caplog.text
     assert sum(len(ds) for ds in datamodule.splits.values()) == len(MANY) - 5
+
+
+@pytest.mark.parametrize("kind", ["char", "bpe"])
+def test_a_second_start_reads_the_tokenized_splits_from_the_cache(
+    kind: str, tmp_path: Path
+) -> None:
+    """The first start fits the tokenizers and tokenizes; a second (a new data module, as a
+    new process makes) reads both from the cache and writes nothing: datasets keys the
+    tokenized splits by a hash of the tokenizers, which must hash alike fitted and read back."""
+    tokenizer = {"kind": kind, "vocab_size": 300 if kind == "bpe" else None, "shared": True}
+    first = hygiene_datamodule(tmp_path, MANY, tokenizer=tokenizer)
+    first.setup("fit")
+    written = sorted((tmp_path / "data").rglob("*.arrow"))
+    second = hygiene_datamodule(tmp_path, MANY, tokenizer=tokenizer)
+    second.setup("fit")
+    assert sorted((tmp_path / "data").rglob("*.arrow")) == written
+    assert second.splits["train"]["src_ids"] == first.splits["train"]["src_ids"]
 
 
 @pytest.mark.parametrize("split_by", ["source", "pair"])

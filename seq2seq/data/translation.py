@@ -57,7 +57,7 @@ def _drop_duplicates(dataset: Any, split: str) -> Any:
         log.warning(
             "%s: dropped %d duplicate pairs of %d", split, len(dataset) - len(keep), len(dataset)
         )
-        dataset = dataset.select(keep)
+        dataset = dataset.select(np.asarray(keep))  # an array: datasets hashes it at once
     return dataset
 
 
@@ -75,9 +75,11 @@ def _split_by_source(train: Any, size: int, seed: int) -> tuple[Any, Any]:
         if len(held) >= size:
             break
         held += rows[source]
-    held_set = set(held)
-    rest = [i for i in range(len(sources)) if i not in held_set]
-    return train.select(rest), train.select(sorted(held))
+    is_held = np.zeros(len(sources), dtype=bool)
+    is_held[held] = True
+    # Arrays, not lists: datasets fingerprints select's indices, and pickled a list of a
+    # million ints for it in 11 s of a 33-s cached start (bench/scale.py, docs/data.md).
+    return train.select(np.flatnonzero(~is_held)), train.select(np.flatnonzero(is_held))
 
 
 def _column(dataset: Any, name: str) -> Any:
@@ -350,4 +352,7 @@ class TranslationDataModule(Seq2SeqDataModule):
         paths[0].parent.mkdir(parents=True, exist_ok=True)
         for tokenizer, path in zip((src, tgt), paths, strict=True):
             save_tokenizer(tokenizer, path)
-        return src, tgt
+        # As every later start reads them: datasets keys the tokenized splits' cache by a hash
+        # of the tokenizers, and a freshly fitted one hashes otherwise than itself read back,
+        # so the second start tokenized everything again (bench/scale.py).
+        return load_tokenizer(paths[0]), load_tokenizer(paths[1])
