@@ -98,7 +98,7 @@ class InterruptCheckpoint(Callback):
             self._sigterm(trainer, True)
 
     def on_train_batch_end(self, trainer: Any, *args: Any, **kwargs: Any) -> None:
-        if _last_batch(trainer) and trainer.world_size == 1 and not self._saved:
+        if last_batch(trainer) and trainer.world_size == 1 and not self._saved:
             if trainer.received_sigterm:  # Lightning would stop in the epoch's end
                 self._sigterm(trainer, False)
             if self._sigterm_waits or self._ctrl_c:
@@ -219,7 +219,6 @@ class TimeBudget(Callback):
         self._test_share = 1.0
         self._validation_started: float | None = None
         self._progress = 0.0
-        self._stopped_at: int | None = None
         self._train_seconds: float | None = None
         self._warmup_end: float | None = None  # progress() when the warmup ended
 
@@ -238,7 +237,7 @@ class TimeBudget(Callback):
         self._trainer = trainer
         self._timer = next((c for c in trainer.callbacks if isinstance(c, Timer)), None)
         self._budget = getattr(self._timer, "_duration", None)
-        self._progress, self._stopped_at = 0.0, None
+        self._progress = 0.0
         self._interval = None
         # A resume goes on past where an earlier start ended (a longer budget, say).
         self.record.budget, self.record.stopped_at, self.record.ended_at = self._budget, None, None
@@ -461,7 +460,7 @@ class TimeBudget(Callback):
         self, trainer: Any, pl_module: Any = None, outputs: Any = None, batch: Any = None,
         batch_idx: int = 0,
     ) -> None:  # fmt: skip
-        if not self.active or self._stopped_at is not None:
+        if not self.active or self.record.stopped_at is not None:
             return
         # Rank 0's clock decides, for every process: each has its own, and a process that
         # validated while another trained a step would wait for it forever.
@@ -483,7 +482,7 @@ class TimeBudget(Callback):
         if not stop:
             return
         trainer.should_stop = True  # Lightning validates, then fit ends
-        self._stopped_at = self.record.stopped_at = trainer.global_step
+        self.record.stopped_at = trainer.global_step
         if trainer.is_global_zero:
             log.info(
                 "Time budget: training stops at step %d after %.1f s, keeping %.1f s of %.0f s "
@@ -513,7 +512,7 @@ class TimeBudget(Callback):
             log.info("Time budget: used %.1f s of %.0f s", used, self._budget)
 
 
-def _last_batch(trainer: Any) -> bool:
+def last_batch(trainer: Any) -> bool:
     """Whether the training batch that runs is its epoch's last."""
     return bool(trainer.fit_loop.epoch_loop.batch_progress.is_last_batch)
 

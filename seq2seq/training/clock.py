@@ -13,12 +13,12 @@ dropout and stop (docs/runs.md says how exact that is across machines).
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from seq2seq.cli import written_whole
 from seq2seq.run_dir import RunDir
 
 __all__ = ["VERSION", "ClockRecord", "read_record"]
@@ -63,9 +63,8 @@ class ClockRecord:
         path = RunDir(run_dir).clock
         path.parent.mkdir(parents=True, exist_ok=True)
         text = json.dumps({"version": VERSION, **self.state()})  # steps as keys: strings
-        partial = path.with_name(f".{path.name}.{os.getpid()}")
-        partial.write_text(text, encoding="utf-8")
-        partial.replace(path)
+        with written_whole(path) as partial:
+            partial.write_text(text, encoding="utf-8")
 
 
 def code_commit() -> str | None:

@@ -28,6 +28,7 @@ from seq2seq.core.decoding import Decodes, DecodingConfig
 from seq2seq.hparams import TrainingConfig, build_network, complete_hparams
 from seq2seq.run_dir import RunDir
 from seq2seq.score import signatures
+from seq2seq.training.callbacks import last_batch
 from seq2seq.training.doctor import Doctor
 from seq2seq.training.metrics import StageMetrics, TextRow, write_test_texts
 from seq2seq.training.optim import adamw_with_schedule
@@ -224,8 +225,7 @@ class Seq2SeqModule(Decodes, L.LightningModule):
         # mid-epoch, by one process (under DDP each has its own share, which one file cannot
         # give back to each: there a resumed epoch's means cover the batches after it).
         trainer = self.trainer
-        last_batch = trainer.fit_loop.epoch_loop.batch_progress.is_last_batch
-        mid_epoch = trainer.state.fn == "fit" and not last_batch
+        mid_epoch = trainer.state.fn == "fit" and not last_batch(trainer)
         states = self.metrics.train_states() if mid_epoch and trainer.world_size == 1 else None
         self.run_state.save(checkpoint, trainer.callback_metrics, signature, states)
 
