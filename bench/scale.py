@@ -15,7 +15,12 @@ by source sentence as the experiment does. For each size, in fresh processes:
   tokenize, lengths (the data module's prepare_data, datasets' cache empty): seconds and peak
   resident memory (the child's ru_maxrss);
 - the cache's size on disk (datasets' Arrow files and the tokenizers);
-- a cached start: the same preparation again, read from the cache.
+- a cached start: the same preparation again, read from the cache;
+- training (--steps, 200): `python train.py` on the cached data for that many steps, with the
+  time from the process's start to its first step, steps a second and resident memory at the
+  first and last step; then the same run stopped by SIGTERM at half the steps and resumed with
+  `resume=RUN`: the time to its first step, and whether every step's loss and every final
+  weight equal the uninterrupted run's (bench/scale_clock.py records the steps).
 
 It prints a table and each measure's growth exponent between sizes (the slope of log time
 against log size: 1 is linear). Nothing is asserted; run nothing else meanwhile.
@@ -81,7 +86,11 @@ def prepare(corpus: Path, data_dir: Path) -> dict:
     datamodule.prepare_data()
     seconds = time.perf_counter() - start
     splits = datamodule.splits
-    return {"seconds": seconds, "pairs": {name: len(split) for name, split in splits.items()}}
+    return {
+        "seconds": seconds,
+        "pairs": {name: len(split) for name, split in splits.items()},
+        "phases": datamodule.phases.timings,
+    }
 
 
 def in_fresh_process(corpus: Path, data_dir: Path) -> dict:
@@ -102,6 +111,85 @@ def in_fresh_process(corpus: Path, data_dir: Path) -> dict:
     result["wall"] = time.perf_counter() - start
     result["peak_rss"] = usage.ru_maxrss * 1024  # KiB on Linux
     return result
+
+
+def _phase(result: dict, phase: str) -> str:
+    entry = result["phases"].get(phase)
+    return f"{entry['seconds']:.2f} ({entry['peak_rss'] / 2**30:.2f})" if entry else "-"
+
+
+TRAIN = [
+    "trainer.max_steps={steps}", "validations=null", "trainer.limit_val_batches=0",
+    "callbacks.model_checkpoint.monitor=null", "test=false", "trainer.log_every_n_steps=1",
+    "logger=csv", "+callbacks.scale_clock._target_=scale_clock.StepClock",
+]  # fmt: skip
+
+
+def run_train(args: list[str], cwd: Path, clock: Path, sigterm_at: int = 0) -> dict:
+    """`python train.py ARGS` in a fresh process: its exit status, and the steps StepClock
+    recorded (when each ended, the memory then), with seconds from the process's start."""
+    clock.unlink(missing_ok=True)
+    env = {**os.environ, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1",
+           "PYTHONPATH": str(ROOT / "bench"), "SCALE_CLOCK_OUT": str(clock),
+           "SCALE_CLOCK_SIGTERM_AT": str(sigterm_at)}  # fmt: skip
+    start = time.time()
+    done = subprocess.run([sys.executable, str(ROOT / "train.py"), *args], cwd=cwd, env=env,
+                          capture_output=True, text=True)  # fmt: skip
+    steps = [json.loads(line) for line in clock.read_text().splitlines()] if clock.exists() else []
+    for step in steps:
+        step["seconds"] = step.pop("time") - start
+    return {"returncode": done.returncode, "steps": steps, "output": done.stdout + done.stderr}
+
+
+def losses(run_dir: Path) -> dict[int, float]:
+    """train/loss_step by step over every start of the run (csv/version_*)."""
+    found: dict[int, float] = {}
+    for path in sorted(run_dir.glob("csv/version_*/metrics.csv")):
+        with open(path, newline="") as f:
+            for row in csv.DictReader(f):
+                if row.get("train/loss_step"):
+                    found[int(row["step"])] = float(row["train/loss_step"])
+    return found
+
+
+def train_and_resume(size: int, corpus: Path, data_dir: Path, steps: int) -> dict:
+    """STEPS training steps on the prepared corpus, uninterrupted; then the same run stopped by
+    SIGTERM at half of them and resumed with resume=RUN. Exact when every step's loss and
+    every final weight are the same."""
+    import torch
+
+    work = OUT / f"train-{size}"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    common = ["experiment=parallel_bpe", f"data.corpus.train.file={corpus}",
+              f"paths.data_dir={data_dir}", *(a.format(steps=steps) for a in TRAIN)]  # fmt: skip
+    whole = run_train([*common, f"hydra.run.dir={work / 'whole'}"], work, work / "whole.jsonl")
+    half = steps // 2
+    stopped = run_train([*common, f"hydra.run.dir={work / 'stopped'}"], work,
+                        work / "stopped.jsonl", sigterm_at=half)  # fmt: skip
+    resumed = run_train([f"resume={work / 'stopped'}"], work, work / "resumed.jsonl")
+    for name, run, code in (("uninterrupted", whole, 0), ("stopped", stopped, 143),
+                            ("resumed", resumed, 0)):  # fmt: skip
+        if run["returncode"] != code or not run["steps"]:
+            raise SystemExit(f"the {name} run at {size:,} pairs exited {run['returncode']}: "
+                             f"{run['output'][-2000:]}")  # fmt: skip
+
+    def weights(name: str) -> dict:
+        path = work / name / "checkpoints" / "last.ckpt"
+        return torch.load(path, map_location="cpu", weights_only=True)["state_dict"]
+
+    a, b = weights("whole"), weights("stopped")
+    same_weights = a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    first, last = whole["steps"][0], whole["steps"][-1]
+    return {
+        "first_step_s": first["seconds"],
+        "steps_per_s": (last["step"] - first["step"]) / (last["seconds"] - first["seconds"]),
+        "rss_first": first["rss"], "rss_last": last["rss"], "peak_rss": last["peak_rss"],
+        "resume_first_step_s": resumed["steps"][0]["seconds"],
+        "resumed_at": resumed["steps"][0]["step"] - 1,
+        "exact": same_weights and losses(work / "whole") == losses(work / "stopped")
+        and len(losses(work / "whole")) == steps,
+    }  # fmt: skip
 
 
 def disk_bytes(directory: Path) -> int:
@@ -126,6 +214,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[10**4, 10**5, 10**6])
     parser.add_argument("--full", action="store_true", help="also 10^7 pairs")
+    parser.add_argument("--steps", type=int, default=200,
+                        help="training steps at each size, SIGTERM at half then resume (0: none)")
     args = parser.parse_args()
     sizes = sorted(set(args.sizes + ([10**7] if args.full else [])))
     if any(size < 4000 for size in sizes):
@@ -141,7 +231,8 @@ def main() -> None:
         first = in_fresh_process(corpus, data_dir)
         cached = in_fresh_process(corpus, data_dir)
         disk = disk_bytes(data_dir)
-        figures.append((size, first, cached, disk))
+        trained = train_and_resume(size, corpus, data_dir, args.steps) if args.steps else None
+        figures.append((size, first, cached, disk, trained))
         rows.append([
             f"{size:,}", f"{first['pairs']['train']:,}", f"{first['seconds']:.1f}",
             f"{first['peak_rss'] / 2**30:.2f}", f"{disk / 2**20:,.0f}",
@@ -154,6 +245,28 @@ def main() -> None:
         ["pairs", "train pairs", "first preparation s", "its peak RSS GiB", "cache MiB",
          "cached start: data s", "cached start: process s", "its peak RSS GiB"],
         rows,
+    )  # fmt: skip
+    if args.steps:
+        print(f"training, {args.steps} steps (the data cached): the process's start to its first "
+              f"step, pace, memory; SIGTERM at step {args.steps // 2}, then resume=RUN")
+        print_table(
+            ["pairs", "to first step s", "steps/s", "RSS at first step GiB",
+             f"RSS at step {args.steps} GiB", "peak RSS GiB", "resume: to first step s",
+             "resumed at step", "resume exact"],
+            [[f"{f[0]:,}", f"{t['first_step_s']:.1f}", f"{t['steps_per_s']:.2f}",
+              f"{t['rss_first'] / 2**30:.2f}", f"{t['rss_last'] / 2**30:.2f}",
+              f"{t['peak_rss'] / 2**30:.2f}", f"{t['resume_first_step_s']:.1f}",
+              str(t["resumed_at"]), "yes" if t["exact"] else "NO"]
+             for f in figures if (t := f[4])],
+        )  # fmt: skip
+    phases = list(dict.fromkeys(p for f in figures for p in f[1]["phases"]))
+    print("the first preparation by phase: seconds (peak RSS GiB at its end)")
+    print_table(
+        ["phase", *(f"{f[0]:,}" for f in figures), "growth"],
+        [[phase, *(_phase(f[1], phase) for f in figures),
+          slope([float(f[0]) for f in figures],
+                [f[1]["phases"].get(phase, {}).get("seconds", 0.0) for f in figures])]
+         for phase in phases],
     )  # fmt: skip
     if len(figures) > 1:
         xs = [float(f[0]) for f in figures]

@@ -322,6 +322,116 @@ def test_duplicate_pairs_are_dropped_and_counted(tmp_path: Path, caplog) -> None
     assert sum(len(ds) for ds in datamodule.splits.values()) == len(MANY) - 5
 
 
+def reference_text_splits(
+    src: list[str], tgt: list[str], size: int, seed: int, split_by: str
+) -> dict[str, list[int]]:
+    """Row numbers of train, validation and test as plain Python makes them (the data module's
+    code before it computed them on Arrow columns): empty pairs out, the first of each pair
+    kept, then test and validation split off by source (random.Random(seed).shuffle of the
+    sorted sources, drawn until size pairs) or by pair (datasets' train_test_split)."""
+    import random
+
+    from datasets import Dataset
+
+    rows, seen = [], set()
+    for row, pair in enumerate(zip(src, tgt, strict=True)):
+        if pair[0] and pair[1] and pair not in seen:
+            seen.add(pair)
+            rows.append(row)
+    out = {}
+    for split in ("test", "validation"):
+        if split_by == "pair":
+            parts = Dataset.from_dict({"row": rows}).train_test_split(test_size=size, seed=seed)
+            rows, out[split] = parts["train"]["row"][:], parts["test"]["row"][:]
+            continue
+        distinct = sorted({src[row] for row in rows})
+        random.Random(seed).shuffle(distinct)
+        held: set[int] = set()
+        for source in distinct:
+            if len(held) >= size:
+                break
+            held |= {row for row in rows if src[row] == source}
+        out[split], rows = sorted(held), [row for row in rows if row not in held]
+    return {"train": rows, **out}
+
+
+@pytest.mark.parametrize("split_by", ["source", "pair"])
+def test_text_splits_on_arrow_columns_equal_a_plain_python_reference(split_by: str) -> None:
+    import random
+
+    from datasets import Dataset, DatasetDict
+
+    from seq2seq.data.phases import Phases
+    from seq2seq.data.text_splits import TextSplitter
+
+    rng = random.Random(7)  # sources sharing translations, duplicates, empties, non-ASCII
+    words = ["a", "B", "é", "Z", "z", "ä b", "日本", "😀", "ß", "", "a b", "É"]
+    src = [" ".join(rng.choices(words, k=rng.randint(1, 3))).strip() for _ in range(3000)]
+    tgt = [rng.choice(["x", "ü", ""]) + str(rng.randint(0, 30)) * (rng.random() < 0.95)
+           for _ in src]  # fmt: skip
+    src += src[:200]
+    tgt += tgt[:200]
+    loaded = DatasetDict({"train": Dataset.from_dict({"src": src, "tgt": tgt})})
+    for seed, size in ((0, 40), (3, 300)):
+        splitter = TextSplitter(True, {"test": size, "validation": size}, split_by, seed,
+                                Phases())  # fmt: skip
+        made = {split: rows.tolist() for split, (_, rows) in splitter.make(loaded).rows.items()}
+        assert made == reference_text_splits(src, tgt, size, seed, split_by)
+
+
+def test_a_second_start_reads_the_text_splits_from_the_cache(
+    tmp_path: Path, caplog, monkeypatch
+) -> None:
+    """Cleaning, deduplicating and splitting run once: a second start reads their rows and
+    says their log lines again, whatever the corpus's size."""
+    from seq2seq.data.text_splits import TextSplitter
+
+    first = hygiene_datamodule(tmp_path, MANY)
+    first.setup("fit")
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the text splits were made again")
+
+    monkeypatch.setattr(TextSplitter, "make", refuse)
+    with caplog.at_level(logging.WARNING):
+        second = hygiene_datamodule(tmp_path, MANY)
+        second.setup("fit")
+    assert f"train: dropped 5 duplicate pairs of {len(MANY)}" in caplog.text
+    for split in ("train", "validation", "test"):
+        assert second.splits[split]["src_ids"] == first.splits[split]["src_ids"]
+    assert "split, cached" in second.phases.timings and "split" not in second.phases.timings
+
+
+def test_tokenizers_are_fitted_on_a_seeded_sample_of_a_larger_training_split(
+    tmp_path: Path, caplog
+) -> None:
+    rows = [f"{word}{i}\t{word.upper()}{i}" for i, word in enumerate(["ab", "cd", "ef", "gh"] * 30)]
+    with caplog.at_level(logging.INFO):
+        whole = hygiene_datamodule(tmp_path, rows, tokenizer={"kind": "word", "vocab_size": 500})
+        whole.setup("fit")
+        sampled = hygiene_datamodule(
+            tmp_path, rows, tokenizer={"kind": "word", "vocab_size": 500, "sample": 8}
+        )
+        sampled.setup("fit")
+    train = len(whole.splits["train"])
+    assert f"Fitted word tokenizers on {train} training pairs:" in caplog.text
+    assert f"on 8 training pairs (data.tokenizer.sample) of {train}:" in caplog.text
+    # Every word is distinct: 4 specials and a word a pair for the 8, all of training's else.
+    assert len(sampled.src_vocab) == 4 + 8 and len(whole.src_vocab) == 4 + train
+    again = hygiene_datamodule(tmp_path, rows, tokenizer={"kind": "word", "vocab_size": 500,
+                                                          "sample": 8})  # fmt: skip
+    again.setup("fit")
+    assert again.src_vocab == sampled.src_vocab  # drawn with the seed: another draws others
+    other = hygiene_datamodule(tmp_path, rows, tokenizer={"kind": "word", "vocab_size": 500,
+                                                          "sample": 8}, seed=4)  # fmt: skip
+    other.setup("fit")
+    assert len(other.src_vocab) == 12 and other.src_vocab != sampled.src_vocab
+    with pytest.raises(
+        ValueError, match=r"^data.tokenizer.sample must be a positive integer, got 0"
+    ):
+        hygiene_datamodule(tmp_path, rows, tokenizer={"kind": "word", "vocab_size": 9, "sample": 0})
+
+
 @pytest.mark.parametrize("kind", ["char", "bpe"])
 def test_a_second_start_reads_the_tokenized_splits_from_the_cache(
     kind: str, tmp_path: Path
@@ -457,6 +567,42 @@ def test_bucketing_is_a_function_of_seed_and_epoch_and_resumes_mid_epoch() -> No
     restored = BucketBatchSampler(lengths, batch_size=8, max_tokens=200, seed=0)
     restored.load_state_dict(sampler.state_dict())
     assert taken + list(restored) == second
+
+
+def greedy_batches(lengths: list[int], batch_size: int, max_tokens: int | None, pool_batches: int,
+                   seed: int, epoch: int) -> list[list[int]]:  # fmt: skip
+    """BucketBatchSampler's batches as a plain loop makes them, one example at a time."""
+    generator = torch.Generator().manual_seed(seed + epoch)
+    order = torch.randperm(len(lengths), generator=generator).tolist()
+    pool, batches = pool_batches * batch_size, []
+    for start in range(0, len(order), pool):
+        chunk = sorted(order[start : start + pool], key=lambda i: lengths[i])  # stable
+        batch: list[int] = []
+        for index in chunk:
+            longest = max([lengths[i] for i in batch] + [lengths[index]])
+            if batch and (
+                len(batch) == batch_size
+                or longest * (len(batch) + 1) > (max_tokens or float("inf"))
+            ):
+                batches.append(batch)
+                batch = []
+            batch.append(index)
+        batches.append(batch)
+    return [batches[i] for i in torch.randperm(len(batches), generator=generator).tolist()]
+
+
+def test_bucketing_equals_a_plain_greedy_fill() -> None:
+    import random
+
+    rng = random.Random(0)
+    for case in range(30):
+        lengths = [rng.randint(1, 80) for _ in range(rng.choice([1, 7, 200, 1500]))]
+        settings = (rng.choice([1, 3, 16, 64]), rng.choice([None, 50, 300, 1280]),
+                    rng.choice([1, 2, 50]))  # fmt: skip
+        sampler = BucketBatchSampler(lengths, *settings, seed=case)
+        for epoch in (0, 1):
+            sampler.set_epoch(epoch)
+            assert list(sampler) == greedy_batches(lengths, *settings, case, epoch), settings
 
 
 def test_an_example_longer_than_the_budget_gets_a_batch_of_its_own() -> None:

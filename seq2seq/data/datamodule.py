@@ -21,6 +21,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 
 from seq2seq import checks
 from seq2seq.data.batching import BucketBatchSampler, EpochShuffle, InOrder
+from seq2seq.data.phases import Phases
 from seq2seq.data.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
@@ -108,6 +109,7 @@ class Seq2SeqDataModule(L.LightningDataModule):
         self.max_tokens = max_tokens
         self.pool_batches = pool_batches
         self.splits: DatasetDict | None = None
+        self.phases = Phases()  # of the last preparation: bench/scale.py reads them
 
     @property
     def longest_sequence(self) -> int:
@@ -130,22 +132,30 @@ class Seq2SeqDataModule(L.LightningDataModule):
         # Fills the cache under data_dir once per node; Lightning calls it again at each stage.
         # Kept, so setup on this process does not read (and log) it all a second time.
         if self.splits is None:
-            self.splits = self._tokenized()
+            self.splits = self._prepared()
 
     def setup(self, stage: str | None = None) -> None:
         if self.splits is None:
-            self.splits = self._tokenized()
+            self.splits = self._prepared()
+
+    def _prepared(self) -> DatasetDict:
+        self.phases = Phases()
+        splits = self._tokenized()
+        log.info("Data ready in %s", self.phases.summary())
+        return splits
 
     def _tokenized(self) -> DatasetDict:
-        # A module-level function with plain arguments: datasets fingerprints (hashes) what it
-        # is given, and a closure over self would drag the whole trainer and model along.
-        return self.load_splits().map(
-            encode_texts,
-            batched=True,
-            fn_kwargs={"src_vocab": self.src_vocab, "tgt_vocab": self.tgt_vocab},
-            remove_columns=["src", "tgt"],
-            desc="tokenizing",
-        )
+        text = self.load_splits()
+        with self.phases("tokenize"):
+            # A module-level function with plain arguments: datasets fingerprints (hashes) what
+            # it is given, and a closure over self would drag the whole trainer and model along.
+            return text.map(
+                encode_texts,
+                batched=True,
+                fn_kwargs={"src_vocab": self.src_vocab, "tgt_vocab": self.tgt_vocab},
+                remove_columns=["src", "tgt"],
+                desc="tokenizing",
+            )
 
     def _loader(self, split: str, shuffle: bool) -> StatefulDataLoader:
         """A DataLoader that can save where it is in an epoch (and its shuffle order), so
@@ -162,7 +172,11 @@ class Seq2SeqDataModule(L.LightningDataModule):
         }
         if shuffle and self.bucket:
             batch_sampler = BucketBatchSampler(
-                dataset["length"], self.batch_size, self.max_tokens, self.pool_batches, **shard
+                dataset.with_format("arrow")["length"].to_numpy(),
+                self.batch_size,
+                self.max_tokens,
+                self.pool_batches,
+                **shard,
             )
             batching: dict[str, Any] = {"batch_sampler": batch_sampler}
         else:

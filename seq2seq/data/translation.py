@@ -6,8 +6,10 @@ drop duplicate pairs   the same source and target twice in a split (dedupe), cou
 split off              validation / test the corpus lacks, from train, with the seed: all pairs
                        of one source sentence on one side (split_by=source) or pairs (pair)
 check overlap          sources of validation and test also in train: counted in the log
-fit tokenizers         on the training split (cached under data_dir/tokenizers), unless the
-                       corpus brings its own (the symbol tasks)
+                       (these four on Arrow columns, cached as row numbers: text_splits.py)
+fit tokenizers         on the training split, at most data.tokenizer.sample pairs of it drawn
+                       with the seed (cached under data_dir/tokenizers), unless the corpus
+                       brings its own (the symbol tasks)
 tokenize               ids and lengths, cached by datasets
 drop long pairs        longer than max_length tokens on either side, counted in the log
 report lengths         tokens per sentence and the target/source ratio, per split, in the log
@@ -18,18 +20,17 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import random
-from collections.abc import Callable
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow.compute as pc
 from datasets import DatasetDict
 
 from seq2seq import checks
-from seq2seq.data.corpora.common import SPLITS, Corpus, CorpusWithTokenizers
+from seq2seq.data.corpora.common import Corpus, CorpusWithTokenizers
 from seq2seq.data.datamodule import Seq2SeqDataModule
+from seq2seq.data.text_splits import SPLIT_OFF, TextSplitter, keep, lengths
 from seq2seq.data.tokenizer import (
     Tokenizer,
     check_tokenizer_settings,
@@ -41,76 +42,9 @@ from seq2seq.data.tokenizer import (
 log = logging.getLogger(__name__)
 
 SPLIT_BY = ("source", "pair")
-SPLIT_OFF = 1000  # pairs split off train for a validation or test split the corpus lacks
-
-
-def _drop_duplicates(dataset: Any, split: str) -> Any:
-    """The first of each (source, target) pair that occurs more than once; the rest counted."""
-    seen: set[tuple[str, str]] = set()
-    keep = []
-    sources, targets = (_column(dataset, side).to_pylist() for side in ("src", "tgt"))
-    for index, pair in enumerate(zip(sources, targets, strict=True)):
-        if pair not in seen:
-            seen.add(pair)
-            keep.append(index)
-    if len(keep) < len(dataset):
-        log.warning(
-            "%s: dropped %d duplicate pairs of %d", split, len(dataset) - len(keep), len(dataset)
-        )
-        dataset = dataset.select(np.asarray(keep))  # an array: datasets hashes it at once
-    return dataset
-
-
-def _split_by_source(train: Any, size: int, seed: int) -> tuple[Any, Any]:
-    """(rest, held out): held out has every pair of source sentences drawn with the seed
-    until it holds at least size pairs; no source is on both sides."""
-    sources = _column(train, "src").to_pylist()  # train["src"] is read row by row: 8x slower
-    distinct = sorted(set(sources))
-    random.Random(seed).shuffle(distinct)
-    rows: dict[str, list[int]] = {}
-    for index, source in enumerate(sources):
-        rows.setdefault(source, []).append(index)
-    held: list[int] = []
-    for source in distinct:
-        if len(held) >= size:
-            break
-        held += rows[source]
-    is_held = np.zeros(len(sources), dtype=bool)
-    is_held[held] = True
-    # Arrays, not lists: datasets fingerprints select's indices, and pickled a list of a
-    # million ints for it in 11 s of a 33-s cached start (bench/scale.py, docs/data.md).
-    return train.select(np.flatnonzero(~is_held)), train.select(np.flatnonzero(is_held))
-
-
-def _column(dataset: Any, name: str) -> Any:
-    """A column as Arrow (a split's rows only): read as Python lists, the columns took most
-    of a cached start-up's data time."""
-    return dataset.with_format("arrow")[name]
-
-
-def _lengths(dataset: Any, column: str, of: Callable = pc.list_value_length) -> np.ndarray:
-    """Per row, the length of a column's list (token ids) or, of=pc.utf8_length, text."""
-    return of(_column(dataset, column)).to_numpy()
-
-
-def _keep(dataset: Any, keep: np.ndarray) -> Any:
-    """The rows where keep holds; the dataset itself when all do. (Not datasets' filter: its
-    indices mapping, even when it drops nothing, makes every later read of a column slower.)"""
-    return dataset if keep.all() else dataset.select(np.flatnonzero(keep))
-
-
-def _log_overlap(splits: DatasetDict) -> None:
-    """Validation and test sources that training also has: the model may have seen them."""
-    train_sources = pc.unique(_column(splits["train"], "src"))
-    for split in ("validation", "test"):
-        sources = _column(splits[split], "src")
-        seen = pc.sum(pc.is_in(sources, value_set=train_sources)).as_py() or 0
-        if seen:
-            log.warning(
-                "%s: %d of %d pairs have a source sentence that training also has "
-                "(their scores read high; data.split_by=source keeps them apart)",
-                split, seen, len(sources),
-            )  # fmt: skip
+# Pairs the tokenizers are fitted on at most (data.tokenizer.sample): fitting grows with the pairs
+# (shared BPE: 21 s at a million on the Zen 5, bench/scale.py), so a larger corpus is sampled.
+TOKENIZER_SAMPLE = 1_000_000
 
 
 def length_report(src: np.ndarray, tgt: np.ndarray) -> str:
@@ -127,6 +61,13 @@ def length_report(src: np.ndarray, tgt: np.ndarray) -> str:
         f"{len(src)} pairs; source tokens {side(src)}; target tokens {side(tgt)}; "
         f"target/source {ratio:.2f}"
     )
+
+
+def _texts(dataset: Any, name: str, batch: int = 10_000) -> Iterator[str]:
+    """A text column's strings, read a batch of rows at a time (a whole column as Python
+    strings is gigabytes at 10 million pairs)."""
+    for rows in dataset.with_format("arrow").iter(batch_size=batch):
+        yield from rows[name].to_pylist()
 
 
 def _count_unknown(batch: dict[str, list], unk_id: int) -> dict[str, list[int]]:
@@ -153,7 +94,7 @@ def _tokenizer_config(tokenizer: dict[str, Any] | None, corpus: Corpus) -> dict[
         raise ValueError(
             f"data.tokenizer is null, but {name} needs one fitted: give data.tokenizer.kind"
         )
-    known = {"kind", "vocab_size", "min_frequency", "shared"}
+    known = {"kind", "vocab_size", "min_frequency", "shared", "sample"}
     unknown = sorted(set(tokenizer) - known)
     if unknown:
         raise ValueError(f"unknown data.tokenizer settings {unknown}; known: {sorted(known)}")
@@ -162,7 +103,10 @@ def _tokenizer_config(tokenizer: dict[str, Any] | None, corpus: Corpus) -> dict[
         "vocab_size": tokenizer.get("vocab_size"),
         "min_frequency": tokenizer.get("min_frequency", 1),
         "shared": bool(tokenizer.get("shared", False)),
+        "sample": tokenizer.get("sample", TOKENIZER_SAMPLE),
     }
+    if config["sample"] is not None:
+        checks.integer("data.tokenizer.sample", config["sample"], minimum=1)
     check_tokenizer_settings(config["kind"], config["vocab_size"], config["min_frequency"])
     return config
 
@@ -176,7 +120,8 @@ class TranslationDataModule(Seq2SeqDataModule):
             optionally tokenizers() -> (source, target) (SymbolTask, NumberWords, Dates,
             ParallelFiles, HubCorpus in corpora/).
         tokenizer: kind (char, word or bpe), vocab_size (null: every character, for char),
-            min_frequency, and shared (one tokenizer for both sides, fitted on both); null
+            min_frequency, shared (one tokenizer for both sides, fitted on both), and sample
+            (fitted on at most this many training pairs, drawn with the seed; null: all); null
             for a corpus with its own tokenizers.
         max_length: most tokens on either side; longer pairs are dropped and counted, never
             cut.
@@ -233,18 +178,23 @@ class TranslationDataModule(Seq2SeqDataModule):
     def load_splits(self) -> DatasetDict:
         # The tokenizers are fitted on the training text, so they exist from here on.
         text = self._load_text()
-        self.src_vocab, self.tgt_vocab = self._fit(text["train"])
+        with self.phases("fit tokenizers"):
+            self.src_vocab, self.tgt_vocab = self._fit(text["train"])
         return text
 
     def _tokenized(self) -> DatasetDict:
         splits = super()._tokenized()
         if self.src_vocab.kind in ("char", "word"):
             self._log_unknown(splits)
+        with self.phases("lengths"):
+            return self._within_max_length(splits)
+
+    def _within_max_length(self, splits: DatasetDict) -> DatasetDict:
         kept = {}
         for split, dataset in splits.items():
-            src, tgt = _lengths(dataset, "src_ids"), _lengths(dataset, "tgt_ids")
+            src, tgt = lengths(dataset, "src_ids"), lengths(dataset, "tgt_ids")
             within = np.maximum(src, tgt) <= self.max_length
-            kept[split] = _keep(dataset, within)
+            kept[split] = keep(dataset, within)
             dropped = len(dataset) - len(kept[split])
             if dropped:
                 log.warning(
@@ -273,54 +223,20 @@ class TranslationDataModule(Seq2SeqDataModule):
                 )  # fmt: skip
 
     def _load_text(self) -> DatasetDict:
-        loaded = self.corpus.load(self.data_dir)
-        text = {}
-        for split, dataset in loaded.items():
-            non_empty = (_lengths(dataset, "src", pc.utf8_length) > 0) & (
-                _lengths(dataset, "tgt", pc.utf8_length) > 0
-            )
-            text[split] = _keep(dataset, non_empty)
-            dropped = len(dataset) - len(text[split])
-            if dropped:
-                log.warning("%s: dropped %d empty pairs of %d", split, dropped, len(dataset))
-            if self.dedupe:
-                text[split] = _drop_duplicates(text[split], split)
-        split = self._split_off(DatasetDict(text))
-        _log_overlap(split)
-        return split
-
-    def _split_off(self, text: DatasetDict) -> DatasetDict:
-        """Validation and test splits the corpus lacks, taken from train with the seed."""
+        with self.phases("read"):
+            loaded = self.corpus.load(self.data_dir)
+        sizes = {}
         for split, size in (("test", self.test_size), ("validation", self.val_size)):
             name = f"data.{'val' if split == 'validation' else 'test'}_size"
-            if split in text:
-                if size is not None:
-                    raise ValueError(
-                        f"{name}={size} sizes a {split} split taken off the training data, but "
-                        f"{type(self.corpus).__name__} has its own {split} split: drop {name} "
-                        "(a generated corpus sizes its splits with data.corpus.*_size)"
-                    )
-                continue
-            size = SPLIT_OFF if size is None else size
-            train = text["train"]
-            if size >= len(train) // 2:
+            if split in loaded and size is not None:
                 raise ValueError(
-                    f"cannot split {size} {split} pairs off a training split of {len(train)}: "
-                    f"lower {name} or give data.corpus.{split} files"
+                    f"{name}={size} sizes a {split} split taken off the training data, but "
+                    f"{type(self.corpus).__name__} has its own {split} split: drop {name} "
+                    "(a generated corpus sizes its splits with data.corpus.*_size)"
                 )
-            if self.split_by == "source":
-                text["train"], text[split] = _split_by_source(train, size, self.seed)
-            else:
-                parts = train.train_test_split(test_size=size, seed=self.seed, shuffle=True)
-                text["train"], text[split] = parts["train"], parts["test"]
-            log.info(
-                "%s: split %d pairs off the training data (by %s, seed %d)",
-                split, len(text[split]), self.split_by, self.seed,
-            )  # fmt: skip
-        for split in SPLITS:
-            if len(text[split]) == 0:
-                raise ValueError(f"the {split} split is empty: give data with pairs in it")
-        return DatasetDict({split: text[split] for split in SPLITS})
+            sizes[split] = SPLIT_OFF if size is None else size
+        splitter = TextSplitter(self.dedupe, sizes, self.split_by, self.seed, self.phases)
+        return splitter(loaded, self.data_dir)
 
     def _fit(self, train: Any) -> tuple[Tokenizer, Tokenizer]:
         """The corpus's own tokenizers, or source and target tokenizers fitted on train (or
@@ -335,8 +251,13 @@ class TranslationDataModule(Seq2SeqDataModule):
         if all(p.is_file() for p in paths):
             return load_tokenizer(paths[0]), load_tokenizer(paths[1])
 
+        sample = train
+        if config["sample"] is not None and config["sample"] < len(train):
+            drawn = np.random.default_rng(self.seed).choice(len(train), config["sample"], False)
+            sample = train.select(np.sort(drawn))  # in order: the file is read front to back
+
         def fit(*columns: str) -> Tokenizer:
-            texts = (text for column in columns for text in train[column])
+            texts = (text for column in columns for text in _texts(sample, column))
             return fit_tokenizer(
                 config["kind"], texts, config["vocab_size"], config["min_frequency"]
             )
@@ -345,9 +266,11 @@ class TranslationDataModule(Seq2SeqDataModule):
             src = tgt = fit("src", "tgt")
         else:
             src, tgt = fit("src"), fit("tgt")
+        of = "" if len(sample) == len(train) else f" (data.tokenizer.sample) of {len(train)}"
         log.info(
-            "Fitted %s tokenizers on %d training pairs: source %d tokens, target %d%s",
-            config["kind"], len(train), len(src), len(tgt), " (shared)" if config["shared"] else "",
+            "Fitted %s tokenizers on %d training pairs%s: source %d tokens, target %d%s",
+            config["kind"], len(sample), of, len(src), len(tgt),
+            " (shared)" if config["shared"] else "",
         )  # fmt: skip
         paths[0].parent.mkdir(parents=True, exist_ok=True)
         for tokenizer, path in zip((src, tgt), paths, strict=True):

@@ -215,11 +215,18 @@ def _net_defaults() -> dict[str, Any]:
     return {f.name: f.default for f in fields(ModelConfig) if f.default is not MISSING}
 
 
+# Settings newer than some runs whose default is what those runs did: data.tokenizer.sample fits
+# on at most a million pairs, as every run before it did (the largest corpus trained then had
+# 200 thousand).
+OFF_VALUES = {"data.tokenizer.sample": 1_000_000}
+
+
 def _off_value(key: str) -> Any:
     """What a setting newer than a run must be for the run to mean what it meant: a network
-    option (model.net.norm, ...) its ModelConfig default, anything else None (off)."""
+    option (model.net.norm, ...) its ModelConfig default, one of OFF_VALUES its value there,
+    anything else None (off)."""
     prefix, _, name = key.rpartition(".")
-    return _net_defaults().get(name) if prefix == "model.net" else None
+    return _net_defaults().get(name) if prefix == "model.net" else OFF_VALUES.get(key)
 
 
 def check_resume(cfg: DictConfig, path: str) -> None:

@@ -1,0 +1,254 @@
+"""A corpus's text pairs made into the three splits: empty pairs dropped, duplicates dropped
+(dedupe), validation and test split off the training pairs where the corpus lacks them, and the
+overlap of their sources with training counted. Computed as row numbers of the loaded datasets,
+from their Arrow columns (no Python object per pair: 10 million pairs prepare within a few GiB),
+and cached by the loaded datasets' fingerprints and the settings, so a second start reads a
+small file instead of doing any of it again (bench/scale.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import logging
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from datasets import DatasetDict
+
+from seq2seq.data.corpora.common import SPLITS
+from seq2seq.data.phases import Phases
+
+log = logging.getLogger(__name__)
+
+SPLIT_OFF = 1000  # pairs split off train for a validation or test split the corpus lacks
+VERSION = 1  # of the cached file: a change to what it holds or how it is computed raises it
+
+
+def column(dataset: Any, name: str) -> Any:
+    """A column as Arrow (a split's rows only): read as Python lists, the columns took most
+    of a cached start-up's data time."""
+    return dataset.with_format("arrow")[name]
+
+
+def lengths(dataset: Any, name: str, of: Callable = pc.list_value_length) -> np.ndarray:
+    """Per row, the length of a column's list (token ids) or, of=pc.utf8_length, text."""
+    return of(column(dataset, name)).to_numpy()
+
+
+def keep(dataset: Any, rows: np.ndarray) -> Any:
+    """The rows where the mask `rows` holds; the dataset itself when all do. (Not datasets'
+    filter: its indices mapping, even when it drops nothing, makes every later read slower.)"""
+    return dataset if rows.all() else dataset.select(np.flatnonzero(rows))
+
+
+def _ids(values: Any) -> tuple[np.ndarray, Any]:
+    """Per row, the rank of its string among the distinct strings sorted (as Python sorts
+    str: UTF-8's byte order is code point order), and those distinct strings."""
+    distinct = pc.unique(values)
+    distinct = distinct.take(pc.array_sort_indices(distinct))
+    return pc.index_in(values, value_set=distinct).to_numpy(), distinct
+
+
+@dataclass
+class TextSplits:
+    """What the text splits are: for each of train, validation, test, the loaded split it
+    comes from and its row numbers there, and the log lines that making them said."""
+
+    rows: dict[str, tuple[str, np.ndarray]] = field(default_factory=dict)
+    said: list[tuple[int, str]] = field(default_factory=list)
+
+    def say(self, level: int, message: str) -> None:
+        self.said.append((level, message))
+        log.log(level, message)
+
+    def save(self, path: Path) -> None:
+        from seq2seq.cli import written_whole  # the project's one way to replace a file whole
+
+        arrays = {split: rows for split, (_, rows) in self.rows.items()}
+        meta = {"version": VERSION, "from": {s: src for s, (src, _) in self.rows.items()},
+                "said": self.said}  # fmt: skip
+        buffer = io.BytesIO()
+        np.savez(buffer, meta=np.array(json.dumps(meta)), **arrays)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with written_whole(path) as part:
+            part.write_bytes(buffer.getvalue())
+
+    @classmethod
+    def read(cls, path: Path) -> TextSplits | None:
+        """The splits saved at path, their log lines said again; None if there are none (or
+        they are of another version, or unreadable: then they are made again)."""
+        try:
+            with np.load(path) as saved:
+                meta = json.loads(str(saved["meta"]))
+                if meta.get("version") != VERSION:
+                    return None
+                rows = {split: (meta["from"][split], saved[split]) for split in SPLITS}
+        except (OSError, ValueError, KeyError):
+            return None
+        splits = cls(rows=rows)
+        for level, message in meta["said"]:
+            splits.say(level, message)
+        return splits
+
+    def select(self, loaded: DatasetDict) -> DatasetDict:
+        """The splits as datasets: the loaded datasets' rows (the whole dataset when it is all
+        of its rows in order)."""
+        out = {}
+        for split, (source, rows) in self.rows.items():
+            dataset = loaded[source]
+            whole = len(rows) == len(dataset) and bool((rows == np.arange(len(rows))).all())
+            # An array, not a list: datasets fingerprints select's indices, and pickled a
+            # list of a million ints for it in 11 s.
+            out[split] = dataset if whole else dataset.select(rows)
+        return DatasetDict(out)
+
+
+class TextSplitter:
+    """Makes TextSplits from loaded datasets, or reads them from the cache under data_dir.
+
+    Args:
+        dedupe: drop pairs given twice in a split (the first is kept).
+        sizes: pairs to split off train for "test" and "validation" where the corpus lacks them.
+        split_by: "source" (all pairs of a drawn source sentence go together) or "pair".
+        seed: of the split.
+        phases: times each phase (clean, with the sources' ranks; deduplicate; split; overlap;
+            or "split, cached").
+    """
+
+    def __init__(
+        self, dedupe: bool, sizes: dict[str, int], split_by: str, seed: int, phases: Phases
+    ) -> None:
+        self.dedupe, self.sizes, self.split_by, self.seed = dedupe, sizes, split_by, seed
+        self.phases = phases
+
+    def __call__(self, loaded: DatasetDict, data_dir: Path) -> DatasetDict:
+        settings = [VERSION, self.dedupe, self.sizes, self.split_by, self.seed]
+        fingerprints = {split: dataset._fingerprint for split, dataset in loaded.items()}
+        key = hashlib.sha256(json.dumps([fingerprints, settings], sort_keys=True).encode())
+        path = Path(data_dir) / "text_splits" / f"{key.hexdigest()[:16]}.npz"
+        if path.is_file():
+            with self.phases("split, cached"):
+                splits = TextSplits.read(path)
+                if splits is not None:
+                    return splits.select(loaded)
+        splits = self.make(loaded)
+        splits.save(path)
+        return splits.select(loaded)
+
+    def make(self, loaded: DatasetDict) -> TextSplits:
+        splits = TextSplits()
+        ranks: dict[str, np.ndarray] = {}  # per loaded split, its rows' source ranks
+        distinct: dict[str, Any] = {}
+        for name, dataset in loaded.items():
+            src, tgt = column(dataset, "src"), column(dataset, "tgt")
+            with self.phases("clean"):
+                ranks[name], distinct[name] = _ids(src)
+                filled = (pc.utf8_length(src).to_numpy() > 0) & (pc.utf8_length(tgt).to_numpy() > 0)
+                rows = np.flatnonzero(filled)
+                if len(rows) < len(dataset):
+                    splits.say(logging.WARNING, f"{name}: dropped {len(dataset) - len(rows)} "
+                               f"empty pairs of {len(dataset)}")  # fmt: skip
+            if self.dedupe:
+                with self.phases("deduplicate"):
+                    rows = self._first_of_each_pair(name, rows, ranks[name], tgt, splits)
+            splits.rows[name] = (name, rows)
+        with self.phases("split"):
+            self._split_off(splits, ranks["train"])
+        with self.phases("overlap"):
+            self._count_overlap(splits, ranks, distinct)
+        return splits
+
+    @staticmethod
+    def _first_of_each_pair(
+        name: str, rows: np.ndarray, src_ranks: np.ndarray, tgt: Any, splits: TextSplits
+    ) -> np.ndarray:
+        """Of the rows, the first of each (source, target) pair, in order; the rest counted."""
+        tgt_ranks, _ = _ids(tgt)
+        pairs = src_ranks[rows].astype(np.int64) * (int(tgt_ranks.max(initial=0)) + 1)
+        pairs += tgt_ranks[rows]
+        _, first = np.unique(pairs, return_index=True)  # the first occurrence of each
+        if len(first) < len(rows):
+            splits.say(logging.WARNING, f"{name}: dropped {len(rows) - len(first)} duplicate "
+                       f"pairs of {len(rows)}")  # fmt: skip
+            rows = rows[np.sort(first)]
+        return rows
+
+    def _split_off(self, splits: TextSplits, train_ranks: np.ndarray) -> None:
+        """Validation and test splits the corpus lacks, taken from train with the seed."""
+        for split in ("test", "validation"):
+            if split in splits.rows:
+                continue
+            size, name = (
+                self.sizes[split],
+                f"data.{'val' if split == 'validation' else 'test'}_size",
+            )
+            _, train = splits.rows["train"]
+            if size >= len(train) // 2:
+                raise ValueError(
+                    f"cannot split {size} {split} pairs off a training split of {len(train)}: "
+                    f"lower {name} or give data.corpus.{split} files"
+                )
+            if self.split_by == "source":
+                rest, held = _split_by_source(train, train_ranks[train], size, self.seed)
+            else:  # as datasets' train_test_split(test_size=size, seed=seed) draws them
+                order = np.random.default_rng(self.seed).permutation(len(train))
+                rest, held = train[order[size:]], train[order[:size]]
+            splits.rows["train"], splits.rows[split] = ("train", rest), ("train", held)
+            splits.say(logging.INFO,
+                       f"{split}: split {len(held)} pairs off the training data "
+                       f"(by {self.split_by}, seed {self.seed})")  # fmt: skip
+        for split in SPLITS:
+            if len(splits.rows[split][1]) == 0:
+                raise ValueError(f"the {split} split is empty: give data with pairs in it")
+        splits.rows = {split: splits.rows[split] for split in SPLITS}
+
+    @staticmethod
+    def _count_overlap(
+        splits: TextSplits, ranks: dict[str, np.ndarray], distinct: dict[str, Any]
+    ) -> None:
+        """Validation and test sources that training also has: the model may have seen them."""
+        _, train_rows = splits.rows["train"]
+        in_train = np.zeros(len(distinct["train"]), dtype=bool)
+        in_train[ranks["train"][train_rows]] = True
+        for split in ("validation", "test"):
+            source, rows = splits.rows[split]
+            if source == "train":
+                seen = int(in_train[ranks["train"][rows]].sum())
+            else:  # the corpus's own split: its sources looked up among training's
+                own = distinct[source].take(pa.array(ranks[source][rows]))
+                where = pc.index_in(own, value_set=distinct["train"]).to_numpy(zero_copy_only=False)
+                found = ~np.isnan(where) if where.dtype.kind == "f" else where >= 0
+                seen = int(in_train[where[found].astype(np.int64)].sum())
+            if seen:
+                splits.say(logging.WARNING,
+                           f"{split}: {seen} of {len(rows)} pairs have a source sentence that "
+                           "training also has (their scores read high; data.split_by=source "
+                           "keeps them apart)")  # fmt: skip
+
+
+def _split_by_source(
+    rows: np.ndarray, ranks: np.ndarray, size: int, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """(rest, held out) of rows: held out has every pair of the source sentences drawn with
+    the seed until it holds at least size pairs; no source is on both sides.
+
+    The draw is random.Random(seed).shuffle of the distinct sources sorted, as before this was
+    computed on Arrow columns, so every corpus splits as it always has."""
+    distinct, position = np.unique(ranks, return_inverse=True)  # the sources these rows have
+    order = list(range(len(distinct)))
+    random.Random(seed).shuffle(order)
+    counts = np.bincount(position, minlength=len(distinct))
+    drawn = np.asarray(order, dtype=np.int64)
+    enough = int(np.searchsorted(np.cumsum(counts[drawn]), size)) + 1
+    held = np.zeros(len(distinct), dtype=bool)
+    held[drawn[:enough]] = True
+    is_held = held[position]
+    return rows[~is_held], rows[is_held]
