@@ -24,11 +24,10 @@ class StepClock(L.Callback):
     def __init__(self) -> None:
         self.out = os.environ.get("SCALE_CLOCK_OUT")
         self.sigterm_at = int(os.environ.get("SCALE_CLOCK_SIGTERM_AT") or 0)
-        self.recorded = 0
 
     def on_train_batch_end(self, trainer, *args) -> None:
         step = trainer.global_step
-        if self.out and (self.recorded == 0 or step % 25 == 0):
+        if self.out:
             record = {
                 "step": step,
                 "time": time.time(),
@@ -37,6 +36,5 @@ class StepClock(L.Callback):
             }
             with open(self.out, "a") as f:
                 f.write(json.dumps(record) + "\n")
-            self.recorded += 1
         if step == self.sigterm_at:
             os.kill(os.getpid(), signal.SIGTERM)
