@@ -218,7 +218,8 @@ def user_files(args: list[str], where: Path) -> None:
         key, _, value = arg.partition("=")
         if not re.fullmatch(r"data\.corpus\.\w+\.(src|tgt|file)", key) or "$" in value:
             continue
-        path = where / value
+        path = where / value.replace("**/", "").replace("*", "part-1")  # a glob: a match
+        path.parent.mkdir(parents=True, exist_ok=True)
         rows = [f"{i} {i + 1}" for i in range(50)]
         if key.endswith(".file"):
             text = f"{src}\t{tgt}\n" + "".join(f"{r}\t{r}\n" for r in rows)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -64,12 +65,62 @@ def test_under_ddp_the_ranks_load_disjoint_shares_of_each_epoch(
         assert len(shares[0]) == len(shares[1])  # as many steps on each rank
         # Disjoint, but for the padding that evens out the shares: the first items of the
         # epoch's order repeated (as DistributedSampler does), at most one batch of them.
+        # Length buckets (numbers' training) halve batches instead: no example twice.
         overlap = seen[0] & seen[1]
         assert overlap <= set(alone[0]), f"both ranks load the same {split} examples"
-        if split == "test" or data == "copy":  # 256 and 32 split evenly in batches of 64
+        if split == "test" or data == "copy" or split == "train":  # copy: 256 in 64s
             assert not overlap
     # A new epoch is a new order on both ranks.
     assert rank_batches(cfg, 2, 0, "train", 0) != rank_batches(cfg, 2, 0, "train", 1)
+
+
+def test_under_ddp_rank_zero_prepares_a_large_corpus_and_each_rank_trains_on_its_own_shard(
+    tmp_path: Path, data_dir: Path
+) -> None:
+    """trainer=ddp_cpu (2 processes) on 10^5 pairs, a real run of one epoch: the other rank
+    reads rank 0's text splits and tokenizers from the cache instead of making them, both hold
+    the same tokenized training split as one process does, and between them they train on
+    every pair exactly once, as many steps each."""
+    corpus = tmp_path / "pairs.tsv"
+    rows = (f"w{i % 997} v{i // 997}\tW{i % 991} V{i // 991}" for i in range(100_000))
+    corpus.write_text("src\ttgt\n" + "\n".join(rows) + "\n", encoding="utf-8")
+    data = [f"data.corpus.train.file={corpus}", "data.tokenizer.vocab_size=300",
+            "data.tokenizer.sample=5000", "data.batch_size=2048",
+            "data.max_tokens=16384"]  # fmt: skip
+    records = tmp_path / "records"
+    records.mkdir()
+    run = subprocess.run(
+        [sys.executable, str(ROOT / "train.py"), "experiment=parallel_bpe", "model=tiny", *data,
+         "trainer=ddp_cpu", "trainer.max_epochs=1", "validations=null",
+         "trainer.limit_val_batches=0", "callbacks.model_checkpoint.monitor=null", "test=false",
+         "logger=none", "+callbacks.shard_record._target_=shard_record.ShardRecord",
+         f"paths.data_dir={data_dir / 'ddp-large'}"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=400,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "tests"), "SHARD_RECORD_DIR": str(records)},
+    )  # fmt: skip
+    assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
+    ranks = [json.loads((records / f"rank{r}-epoch0.json").read_text()) for r in (0, 1)]
+    assert [r["world_size"] for r in ranks] == [2, 2]
+    # Rank 0 prepared (Lightning's prepare_data); rank 1 read what it left.
+    assert {"split", "fit tokenizers"} <= set(ranks[0]["phases"])
+    assert {"split, cached", "tokenizers, cached"} <= set(ranks[1]["phases"])
+    assert not {"clean", "split", "fit tokenizers"} & set(ranks[1]["phases"])
+    # The same training split as one process prepares from the same cache.
+    alone = instantiate(compose_train(tmp_path, data_dir / "ddp-large", [
+        "experiment=parallel_bpe", *data]).data)  # fmt: skip
+    alone.setup("fit")
+    from shard_record import split_digest
+
+    assert (
+        ranks[0]["train_digest"] == ranks[1]["train_digest"] == split_digest(alone.splits["train"])
+    )
+    size = ranks[0]["train_size"]
+    assert size == len(alone.splits["train"]) > 90_000
+    # Each rank gave out its whole share, as many batches each; none twice, none missed.
+    assert all(r["gave_out_all"] for r in ranks)
+    assert ranks[0]["batches"] == ranks[1]["batches"] > 1
+    seen = ranks[0]["examples"] + ranks[1]["examples"]
+    assert sorted(seen) == list(range(size))
 
 
 def test_ddp_on_two_cpu_processes_matches_one_process(tmp_path: Path, data_dir: Path) -> None:

@@ -189,6 +189,31 @@ def test_an_edited_file_is_read_again(tmp_path: Path) -> None:
     assert load_files(tmp_path, train={"file": str(path)})["train"] == [("two", "zwei")]
 
 
+def test_several_files_a_glob_or_a_list_are_read_as_one_corpus_in_order(tmp_path: Path) -> None:
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    for i in (2, 10, 1):  # sorted as names: 1, 10, 2
+        write(shards / f"part-{i}.tsv.gz" if i == 10 else shards / f"part-{i}.tsv",
+              f"src\ttgt\none {i}\teins {i}\ntwo {i}\tzwei {i}\n")  # fmt: skip
+    order = ["1", "10", "2"]
+    expected = [
+        (f"{w} {i}", f"{v} {i}") for i in order for w, v in (("one", "eins"), ("two", "zwei"))
+    ]
+    assert load_files(tmp_path, train={"file": str(shards / "part-*.tsv*")})["train"] == expected
+    listed = [str(shards / "part-2.tsv"), str(shards / "part-1.tsv")]
+    assert load_files(tmp_path, train={"file": listed})["train"] == expected[4:] + expected[:2]
+    for lang, words in (("en", ("a", "b")), ("de", ("x", "y"))):
+        for n, word in enumerate(words):
+            write(shards / f"{n}.{lang}", f"{word}{n}\n")
+    aligned = {"src": str(shards / "*.en"), "tgt": str(shards / "*.de")}
+    assert load_files(tmp_path, train=aligned)["train"] == [("a0", "x0"), ("b1", "y1")]
+    # A pattern that matches nothing, and unequal counts of src and tgt files, are named.
+    with pytest.raises(ValueError, match=r"^data.corpus.train.file: no file matches .*nope-\*"):
+        ParallelFiles(train={"file": str(shards / "nope-*.tsv")})
+    with pytest.raises(ValueError, match=r"^data.corpus.train.src names 2 files but tgt names 1"):
+        ParallelFiles(train={"src": str(shards / "*.en"), "tgt": str(shards / "0.de")})
+
+
 @pytest.mark.parametrize(
     ("files", "message"),
     [
@@ -619,12 +644,22 @@ def test_samplers_shard_one_epoch_order_between_processes() -> None:
     assert [i for r in range(4) for i in (s[r] for s in shards)] == whole + whole[:2]
     assert list(InOrder(5, num_replicas=2, rank=1)) == [1, 3, 0]
     lengths = list(range(1, 201))
-    buckets = [
-        list(BucketBatchSampler(lengths, 8, 100, seed=2, num_replicas=2, rank=r)) for r in (0, 1)
+    for replicas in (2, 3, 7):
+        buckets = [
+            list(BucketBatchSampler(lengths, 8, 100, seed=2, num_replicas=replicas, rank=r))
+            for r in range(replicas)
+        ]
+        assert len({len(shard) for shard in buckets}) == 1  # as many steps on every process
+        together = sorted(i for shard in buckets for batch in shard for i in batch)
+        assert together == list(range(200))  # every example once: halved, not repeated
+        within = [len(b) == 1 or len(b) * max(lengths[i] for i in b) <= 100
+                  for shard in buckets for b in shard]  # fmt: skip
+        assert all(within)  # a longer example alone, as ever
+    # Too few examples to halve (1 for 2 processes): padded by repeating, as before.
+    shards = [
+        list(BucketBatchSampler([3], 8, None, seed=0, num_replicas=2, rank=r)) for r in (0, 1)
     ]
-    assert len(buckets[0]) == len(buckets[1])
-    together = sorted(i for shard in buckets for batch in shard for i in batch)
-    assert set(together) == set(range(200))
+    assert shards == [[[0]], [[0]]]
 
 
 def test_bucketed_loader_gets_its_epoch_from_lightning_and_resumes_mid_epoch(

@@ -7,10 +7,13 @@ in checkpoints through state_dict, a run resumed mid-epoch replays the rest of t
 every later one exactly. Lightning calls set_epoch before each epoch. The seed defaults to the
 run's (seed_everything); neither sampler draws from the global generator that dropout uses.
 
-Under data parallelism each process takes every num_replicas-th item of the same epoch order
-(padded by repeating its first items, so every process gets as many as the others, as
-DistributedSampler does). The samplers shard themselves because Lightning cannot inject its
-DistributedSampler into a batch sampler; the trainer configs set use_distributed_sampler=false.
+Under data parallelism each process takes every num_replicas-th item of the same epoch order,
+and every process must get as many as the others (each step's gradients are averaged over all
+of them). Length buckets even the count of batches out by halving the largest batches, so each
+training pair is seen once an epoch, on one process; an order of single examples (EpochShuffle,
+InOrder) is padded by repeating its first items, as DistributedSampler does. The samplers
+shard themselves because Lightning cannot inject its DistributedSampler into a batch sampler;
+the trainer configs set use_distributed_sampler=false.
 """
 
 from __future__ import annotations
@@ -159,7 +162,21 @@ class BucketBatchSampler(_EpochOrder):
             chunk = chunk[np.argsort(self.lengths[chunk], kind="stable")]
             batches += np.split(chunk, self._batch_starts(self.lengths[chunk].tolist())[1:])
         shuffle = torch.randperm(len(batches), generator=generator).tolist()
-        return [batches[i] for i in shuffle]
+        return self._evened([batches[i] for i in shuffle])
+
+    def _evened(self, batches: list[np.ndarray]) -> list[np.ndarray]:
+        """Batches a multiple of num_replicas in number: the largest (the first of equal
+        sizes) halved in place, as many as are short, so no example is given out twice and
+        none is left out. (Too few examples to halve: the padding of _epoch_items.)"""
+        short = -len(batches) % self.num_replicas
+        sizes = np.array([len(b) for b in batches])
+        if short == 0 or (sizes > 1).sum() < short:
+            return batches
+        halve = set(np.argsort(-sizes, kind="stable")[:short].tolist())
+        evened: list[np.ndarray] = []
+        for index, batch in enumerate(batches):
+            evened += np.array_split(batch, 2) if index in halve else [batch]
+        return evened
 
     def _batch_starts(self, ascending: list[int]) -> list[int]:
         """Where each batch starts in lengths sorted ascending, filled greedily: a batch takes

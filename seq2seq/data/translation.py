@@ -178,8 +178,7 @@ class TranslationDataModule(Seq2SeqDataModule):
     def load_splits(self) -> DatasetDict:
         # The tokenizers are fitted on the training text, so they exist from here on.
         text = self._load_text()
-        with self.phases("fit tokenizers"):
-            self.src_vocab, self.tgt_vocab = self._fit(text["train"])
+        self.src_vocab, self.tgt_vocab = self._fit(text["train"])
         return text
 
     def _tokenized(self) -> DatasetDict:
@@ -249,7 +248,14 @@ class TranslationDataModule(Seq2SeqDataModule):
         ).hexdigest()[:16]
         paths = [Path(self.data_dir) / "tokenizers" / f"{key}-{side}.json" for side in "st"]
         if all(p.is_file() for p in paths):
-            return load_tokenizer(paths[0]), load_tokenizer(paths[1])
+            with self.phases("tokenizers, cached"):
+                return load_tokenizer(paths[0]), load_tokenizer(paths[1])
+        with self.phases("fit tokenizers"):
+            return self._fit_and_save(train, config, paths)
+
+    def _fit_and_save(
+        self, train: Any, config: dict[str, Any], paths: list[Path]
+    ) -> tuple[Tokenizer, Tokenizer]:
 
         sample = train
         if config["sample"] is not None and config["sample"] < len(train):

@@ -5,6 +5,7 @@ modification time (an edited file is read again)."""
 from __future__ import annotations
 
 import csv
+import glob
 import gzip
 import json
 from collections.abc import Iterator
@@ -121,13 +122,38 @@ def table_kind(path: Path) -> str:
 
 
 def file_pairs(
-    files: dict[str, str], src_column: str, tgt_column: str, stamps: tuple[Any, ...]
+    files: dict[str, tuple[str, ...]], src_column: str, tgt_column: str, stamps: tuple[Any, ...]
 ) -> Iterator[dict[str, str]]:
-    """The generator behind ParallelFiles; `stamps` only keys the cache."""
+    """The generator behind ParallelFiles: the pairs of every file in order (of src and tgt
+    files, the i-th of each aligned); `stamps` only keys the cache."""
     if files.get("file"):
-        yield from table_pairs(Path(files["file"]), src_column, tgt_column)
+        for path in files["file"]:
+            yield from table_pairs(Path(path), src_column, tgt_column)
     else:
-        yield from aligned_pairs(Path(files["src"]), Path(files["tgt"]))
+        for src, tgt in zip(files["src"], files["tgt"], strict=True):
+            yield from aligned_pairs(Path(src), Path(tgt))
+
+
+def _expand(setting: str, given: Any) -> tuple[str, ...]:
+    """The files a setting names: a path, a glob pattern (*, ?, [...]; ** for any depth) matched
+    in sorted order, or a list of either; each must exist."""
+    if isinstance(given, str):
+        given = [given]
+    paths: list[str] = []
+    for item in given:
+        item = str(item)
+        if glob.has_magic(item):
+            matched = sorted(p for p in glob.glob(item, recursive=True) if Path(p).is_file())
+            if not matched:
+                raise ValueError(f"{setting}: no file matches {item}")
+            paths += matched
+        elif not Path(item).is_file():
+            raise ValueError(f"{setting}: file {item} does not exist")
+        else:
+            paths.append(item)
+    if not paths:
+        raise ValueError(f"{setting} is an empty list: give a file, a glob pattern, or a list")
+    return tuple(paths)
 
 
 class ParallelFiles:
@@ -137,7 +163,9 @@ class ParallelFiles:
     - ``{file: train.tsv}``: one TSV or CSV file with a header row, or JSONL, holding the
       columns src_column and tgt_column (JSONL keys may be nested: translation.de).
 
-    Any file may be gzip-compressed (.gz). A split left out (null) is split off the training
+    Each may be a glob pattern (``file: shards/*.tsv.gz``; src and tgt patterns pair their
+    files in sorted order) or a list, read as one corpus in that order. Any file may be
+    gzip-compressed (.gz). A split left out (null) is split off the training
     data by the data module.
     """
 
@@ -169,18 +197,24 @@ class ParallelFiles:
         if "file" not in files and not ("src" in files and "tgt" in files):
             given = ", ".join(sorted(files))
             raise ValueError(f"data.corpus.{split} needs both src and tgt files, got {given}")
-        for key, path in files.items():
-            if not Path(path).is_file():
-                raise ValueError(f"data.corpus.{split}.{key}: file {path} does not exist")
-        if "file" in files:
-            table_kind(Path(files["file"]))
-        return files
+        expanded = {
+            key: _expand(f"data.corpus.{split}.{key}", given) for key, given in files.items()
+        }
+        if "file" in expanded:
+            for path in expanded["file"]:
+                table_kind(Path(path))
+        elif len(expanded["src"]) != len(expanded["tgt"]):
+            raise ValueError(
+                f"data.corpus.{split}.src names {len(expanded['src'])} files but tgt names "
+                f"{len(expanded['tgt'])}: give as many, paired in sorted order"
+            )
+        return expanded
 
     def load(self, data_dir: Path) -> DatasetDict:
         cache_dir = Path(data_dir) / "files"
         out = {}
         for split, files in self.splits.items():
-            paths = [Path(p).resolve() for p in files.values()]
+            paths = [Path(p).resolve() for names in files.values() for p in names]
             stamps = tuple((str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in paths)
             out[split] = from_generator(
                 file_pairs, cache_dir, files=files, src_column=self.src_column,
