@@ -185,6 +185,7 @@ def train_and_resume(size: int, corpus: Path, data_dir: Path, steps: int) -> dic
         "first_step_s": first["seconds"],
         "steps_per_s": (last["step"] - first["step"]) / (last["seconds"] - first["seconds"]),
         "rss_first": first["rss"], "rss_last": last["rss"], "peak_rss": last["peak_rss"],
+        "anon_first": first["anon"], "anon_last": last["anon"],
         "resume_first_step_s": resumed["steps"][0]["seconds"],
         "resumed_at": resumed["steps"][0]["step"] - 1,
         "exact": same_weights and losses(work / "whole") == losses(work / "stopped")
@@ -214,8 +215,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[10**4, 10**5, 10**6])
     parser.add_argument("--full", action="store_true", help="also 10^7 pairs")
-    parser.add_argument("--steps", type=int, default=200,
-                        help="training steps at each size, SIGTERM at half then resume (0: none)")
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=200,
+        help="training steps at each size, SIGTERM at half then resume (0: none)",
+    )
     args = parser.parse_args()
     sizes = sorted(set(args.sizes + ([10**7] if args.full else [])))
     if any(size < 4000 for size in sizes):
@@ -247,14 +252,17 @@ def main() -> None:
         rows,
     )  # fmt: skip
     if args.steps:
-        print(f"training, {args.steps} steps (the data cached): the process's start to its first "
-              f"step, pace, memory; SIGTERM at step {args.steps // 2}, then resume=RUN")
+        print(
+            f"training, {args.steps} steps (the data cached): the process's start to its first "
+            f"step, pace, memory; SIGTERM at step {args.steps // 2}, then resume=RUN"
+        )
         print_table(
-            ["pairs", "to first step s", "steps/s", "RSS at first step GiB",
-             f"RSS at step {args.steps} GiB", "peak RSS GiB", "resume: to first step s",
-             "resumed at step", "resume exact"],
+            ["pairs", "to first step s", "steps/s", "RSS (anonymous) at first step GiB",
+             f"RSS (anonymous) at step {args.steps} GiB", "peak RSS GiB",
+             "resume: to first step s", "resumed at step", "resume exact"],
             [[f"{f[0]:,}", f"{t['first_step_s']:.1f}", f"{t['steps_per_s']:.2f}",
-              f"{t['rss_first'] / 2**30:.2f}", f"{t['rss_last'] / 2**30:.2f}",
+              f"{t['rss_first'] / 2**30:.2f} ({t['anon_first'] / 2**30:.2f})",
+              f"{t['rss_last'] / 2**30:.2f} ({t['anon_last'] / 2**30:.2f})",
               f"{t['peak_rss'] / 2**30:.2f}", f"{t['resume_first_step_s']:.1f}",
               str(t["resumed_at"]), "yes" if t["exact"] else "NO"]
              for f in figures if (t := f[4])],

@@ -15,9 +15,14 @@ import time
 import lightning as L
 
 
-def _rss_bytes() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+def _rss_bytes(kind: str = "VmRSS") -> int:
+    """Resident memory now: all of it (VmRSS), or the anonymous part (RssAnon), which leaves
+    out the pages of memory-mapped files (datasets' Arrow files), which the kernel can drop."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(kind + ":"):
+                return int(line.split()[1]) * 1024
+    raise ValueError(f"no {kind} in /proc/self/status")
 
 
 class StepClock(L.Callback):
@@ -32,6 +37,7 @@ class StepClock(L.Callback):
                 "step": step,
                 "time": time.time(),
                 "rss": _rss_bytes(),
+                "anon": _rss_bytes("RssAnon"),
                 "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
             }
             with open(self.out, "a") as f:

@@ -22,6 +22,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 from seq2seq import checks
 from seq2seq.data.batching import BucketBatchSampler, EpochShuffle, InOrder
 from seq2seq.data.phases import Phases
+from seq2seq.data.text_splits import WRITER_BATCH
 from seq2seq.data.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
@@ -154,6 +155,8 @@ class Seq2SeqDataModule(L.LightningDataModule):
                 batched=True,
                 fn_kwargs={"src_vocab": self.src_vocab, "tgt_vocab": self.tgt_vocab},
                 remove_columns=["src", "tgt"],
+                batch_size=WRITER_BATCH,
+                writer_batch_size=WRITER_BATCH,
                 desc="tokenizing",
             )
 

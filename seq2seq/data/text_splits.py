@@ -46,15 +46,44 @@ def lengths(dataset: Any, name: str, of: Callable = pc.list_value_length) -> np.
 def keep(dataset: Any, rows: np.ndarray) -> Any:
     """The rows where the mask `rows` holds; the dataset itself when all do. (Not datasets'
     filter: its indices mapping, even when it drops nothing, makes every later read slower.)"""
-    return dataset if rows.all() else dataset.select(np.flatnonzero(rows))
+    return dataset if rows.all() else select(dataset, np.flatnonzero(rows))
 
 
-def _ids(values: Any) -> tuple[np.ndarray, Any]:
-    """Per row, the rank of its string among the distinct strings sorted (as Python sorts
-    str: UTF-8's byte order is code point order), and those distinct strings."""
-    distinct = pc.unique(values)
-    distinct = distinct.take(pc.array_sort_indices(distinct))
-    return pc.index_in(values, value_set=distinct).to_numpy(), distinct
+# Rows an Arrow batch of the files datasets writes (and, tokenizing, a batch encoded): its default,
+# 1,000, made 10^4 batches of a 10^7-pair split, each opened and its pages mapped when the file is
+# (0.7 GiB resident), and writing an index of 10^7 rows took 1.5 s.
+WRITER_BATCH = 10_000
+
+
+def select(dataset: Any, rows: np.ndarray) -> Any:
+    """The rows of dataset, by number: an array, not a list (datasets fingerprints select's
+    indices, and pickled a list of a million ints for it in 11 s), written in large batches."""
+    return dataset.select(rows, writer_batch_size=WRITER_BATCH)
+
+
+def _encoded(values: Any) -> tuple[np.ndarray, Any]:
+    """Per row, the number of its string among the distinct strings, and those strings (in the
+    order first seen): Arrow's dictionary encoding, with one dictionary for every chunk. (Half
+    the time and three quarters the memory of unique, then index_in: 10^7 sources, bench/scale.py.)
+    """
+    encoded = pc.dictionary_encode(values)
+    chunks = encoded.chunks if isinstance(encoded, pa.ChunkedArray) else [encoded]
+    if len({len(chunk.dictionary) for chunk in chunks}) > 1:
+        chunks = pa.table({"v": encoded}).unify_dictionaries()["v"].chunks
+    if not chunks:
+        return np.zeros(0, dtype=np.int64), pa.array([], pa.string())
+    ids = np.concatenate([chunk.indices.to_numpy(zero_copy_only=False) for chunk in chunks])
+    return ids, chunks[0].dictionary
+
+
+def _ranks(values: Any) -> tuple[np.ndarray, Any, np.ndarray]:
+    """Per row, the rank of its string among the distinct strings sorted (as Python sorts str:
+    UTF-8's byte order is code point order); the distinct strings; and each one's rank."""
+    ids, distinct = _encoded(values)
+    order = pc.array_sort_indices(distinct).to_numpy()
+    rank_of = np.empty(len(order), dtype=np.int64)
+    rank_of[order] = np.arange(len(order))
+    return rank_of[ids], distinct, rank_of
 
 
 @dataclass
@@ -105,9 +134,7 @@ class TextSplits:
         for split, (source, rows) in self.rows.items():
             dataset = loaded[source]
             whole = len(rows) == len(dataset) and bool((rows == np.arange(len(rows))).all())
-            # An array, not a list: datasets fingerprints select's indices, and pickled a
-            # list of a million ints for it in 11 s.
-            out[split] = dataset if whole else dataset.select(rows)
+            out[split] = dataset if whole else select(dataset, rows)
         return DatasetDict(out)
 
 
@@ -145,12 +172,22 @@ class TextSplitter:
 
     def make(self, loaded: DatasetDict) -> TextSplits:
         splits = TextSplits()
-        ranks: dict[str, np.ndarray] = {}  # per loaded split, its rows' source ranks
-        distinct: dict[str, Any] = {}
-        for name, dataset in loaded.items():
+        ranks: dict[str, np.ndarray] = {}  # per loaded split, its rows' source ranks (a split
+        # of the corpus's own: the ranks of its sources among training's, -1 for none)
+        for name in sorted(loaded, key=lambda split: split != "train"):  # train first
+            dataset = loaded[name]
             src, tgt = column(dataset, "src"), column(dataset, "tgt")
             with self.phases("clean"):
-                ranks[name], distinct[name] = _ids(src)
+                if name == "train":
+                    ranks[name], distinct, rank_of = _ranks(src)
+                    for other in set(loaded) - {"train"}:  # its sources among training's
+                        found = pc.index_in(column(loaded[other], "src"), value_set=distinct)
+                        where = found.to_numpy(zero_copy_only=False)
+                        known = ~np.isnan(where) if where.dtype.kind == "f" else where >= 0
+                        ranks[other] = np.full(len(where), -1, dtype=np.int64)
+                        ranks[other][known] = rank_of[where[known].astype(np.int64)]
+                    del distinct, rank_of
+                    pa.default_memory_pool().release_unused()
                 filled = (pc.utf8_length(src).to_numpy() > 0) & (pc.utf8_length(tgt).to_numpy() > 0)
                 rows = np.flatnonzero(filled)
                 if len(rows) < len(dataset):
@@ -158,22 +195,24 @@ class TextSplitter:
                                f"empty pairs of {len(dataset)}")  # fmt: skip
             if self.dedupe:
                 with self.phases("deduplicate"):
-                    rows = self._first_of_each_pair(name, rows, ranks[name], tgt, splits)
+                    own = ranks[name] if name == "train" else _encoded(src)[0]
+                    rows = self._first_of_each_pair(name, rows, own, tgt, splits)
             splits.rows[name] = (name, rows)
         with self.phases("split"):
             self._split_off(splits, ranks["train"])
         with self.phases("overlap"):
-            self._count_overlap(splits, ranks, distinct)
+            self._count_overlap(splits, ranks)
         return splits
 
     @staticmethod
     def _first_of_each_pair(
-        name: str, rows: np.ndarray, src_ranks: np.ndarray, tgt: Any, splits: TextSplits
+        name: str, rows: np.ndarray, src_ids: np.ndarray, tgt: Any, splits: TextSplits
     ) -> np.ndarray:
         """Of the rows, the first of each (source, target) pair, in order; the rest counted."""
-        tgt_ranks, _ = _ids(tgt)
-        pairs = src_ranks[rows].astype(np.int64) * (int(tgt_ranks.max(initial=0)) + 1)
-        pairs += tgt_ranks[rows]
+        tgt_ids, _ = _encoded(tgt)
+        pa.default_memory_pool().release_unused()
+        pairs = src_ids[rows].astype(np.int64) * (int(tgt_ids.max(initial=0)) + 1)
+        pairs += tgt_ids[rows]
         _, first = np.unique(pairs, return_index=True)  # the first occurrence of each
         if len(first) < len(rows):
             splits.say(logging.WARNING, f"{name}: dropped {len(rows) - len(first)} duplicate "
@@ -211,22 +250,14 @@ class TextSplitter:
         splits.rows = {split: splits.rows[split] for split in SPLITS}
 
     @staticmethod
-    def _count_overlap(
-        splits: TextSplits, ranks: dict[str, np.ndarray], distinct: dict[str, Any]
-    ) -> None:
+    def _count_overlap(splits: TextSplits, ranks: dict[str, np.ndarray]) -> None:
         """Validation and test sources that training also has: the model may have seen them."""
         _, train_rows = splits.rows["train"]
-        in_train = np.zeros(len(distinct["train"]), dtype=bool)
-        in_train[ranks["train"][train_rows]] = True
+        in_train = np.zeros(int(ranks["train"].max(initial=-1)) + 2, dtype=bool)
+        in_train[ranks["train"][train_rows]] = True  # the last, at -1, stays False: not found
         for split in ("validation", "test"):
             source, rows = splits.rows[split]
-            if source == "train":
-                seen = int(in_train[ranks["train"][rows]].sum())
-            else:  # the corpus's own split: its sources looked up among training's
-                own = distinct[source].take(pa.array(ranks[source][rows]))
-                where = pc.index_in(own, value_set=distinct["train"]).to_numpy(zero_copy_only=False)
-                found = ~np.isnan(where) if where.dtype.kind == "f" else where >= 0
-                seen = int(in_train[where[found].astype(np.int64)].sum())
+            seen = int(in_train[ranks[source][rows]].sum())
             if seen:
                 splits.say(logging.WARNING,
                            f"{split}: {seen} of {len(rows)} pairs have a source sentence that "

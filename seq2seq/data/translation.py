@@ -30,7 +30,7 @@ from datasets import DatasetDict
 from seq2seq import checks
 from seq2seq.data.corpora.common import Corpus, CorpusWithTokenizers
 from seq2seq.data.datamodule import Seq2SeqDataModule
-from seq2seq.data.text_splits import SPLIT_OFF, TextSplitter, keep, lengths
+from seq2seq.data.text_splits import SPLIT_OFF, TextSplitter, keep, lengths, select
 from seq2seq.data.tokenizer import (
     Tokenizer,
     check_tokenizer_settings,
@@ -260,7 +260,7 @@ class TranslationDataModule(Seq2SeqDataModule):
         sample = train
         if config["sample"] is not None and config["sample"] < len(train):
             drawn = np.random.default_rng(self.seed).choice(len(train), config["sample"], False)
-            sample = train.select(np.sort(drawn))  # in order: the file is read front to back
+            sample = select(train, np.sort(drawn))  # in order: the file is read front to back
 
         def fit(*columns: str) -> Tokenizer:
             texts = (text for column in columns for text in _texts(sample, column))
