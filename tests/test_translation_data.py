@@ -402,6 +402,25 @@ def test_text_splits_on_arrow_columns_equal_a_plain_python_reference(split_by: s
                                 Phases())  # fmt: skip
         made = {split: rows.tolist() for split, (_, rows) in splitter.make(loaded).rows.items()}
         assert made == reference_text_splits(src, tgt, size, seed, split_by)
+    # A validation split of the corpus's own: its duplicates dropped, its sources that
+    # training keeps counted, as plain Python counts them.
+    val_src = [*src[:50:3], "never in training", "日本 é", *src[:10:3]]
+    val_tgt = [*tgt[:50:3], "t", "u", *tgt[:10:3]]
+    loaded["validation"] = Dataset.from_dict({"src": val_src, "tgt": val_tgt})
+    splitter = TextSplitter(True, {"test": 40, "validation": 40}, split_by, 0, Phases())
+    made = splitter.make(loaded)
+    _, validation = made.rows["validation"]
+    val_rows, seen = [], set()
+    for row, pair in enumerate(zip(val_src, val_tgt, strict=True)):
+        if pair[0] and pair[1] and pair not in seen:
+            seen.add(pair)
+            val_rows.append(row)
+    assert validation.tolist() == val_rows
+    kept = {src[row] for row in made.rows["train"][1]}
+    overlap = sum(val_src[row] in kept for row in val_rows)
+    assert overlap > 0 and any(val_src[row] not in kept for row in val_rows)
+    assert (f"validation: {overlap} of {len(val_rows)} pairs have a source sentence that "
+            "training also has") in "\n".join(message for _, message in made.said)  # fmt: skip
 
 
 def test_a_second_start_reads_the_text_splits_from_the_cache(
@@ -425,6 +444,31 @@ def test_a_second_start_reads_the_text_splits_from_the_cache(
     for split in ("train", "validation", "test"):
         assert second.splits[split]["src_ids"] == first.splits[split]["src_ids"]
     assert "split, cached" in second.phases.timings and "split" not in second.phases.timings
+
+
+def test_a_large_split_is_tokenized_by_a_process_a_core_as_one_process_tokenizes_it(
+    tmp_path: Path, monkeypatch
+) -> None:
+    from seq2seq.data import datamodule as module
+
+    assert module.processes(module.PROCESS_ROWS - 1) is None
+    cores = len(__import__("os").sched_getaffinity(0))
+    assert module.processes(64 * module.PROCESS_ROWS) == (cores if cores > 1 else None)
+    for name in ("one", "several"):
+        (tmp_path / name).mkdir()
+    one = hygiene_datamodule(tmp_path / "one", MANY)
+    one.setup("fit")
+    monkeypatch.setattr(module, "PROCESS_ROWS", 20)
+    monkeypatch.setattr(module, "processes", lambda rows: 3 if rows >= 60 else None)
+    several = hygiene_datamodule(tmp_path / "several", MANY)
+    several.setup("fit")
+    assert sorted(p.name[-21:] for p in (tmp_path / "several").rglob("*_of_00003.arrow")) == [
+        f"_{rank:05d}_of_00003.arrow" for rank in range(3)
+    ]  # the training split, in three processes; the others in this one
+    for split in ("train", "validation", "test"):
+        assert several.splits[split].features["src_ids"].feature.dtype == "int32"
+        for column in ("src_ids", "tgt_ids", "length"):
+            assert several.splits[split][column] == one.splits[split][column]
 
 
 def test_tokenizers_are_fitted_on_a_seeded_sample_of_a_larger_training_split(
