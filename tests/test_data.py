@@ -140,3 +140,17 @@ def test_epoch_shuffle_is_a_function_of_seed_and_epoch_and_resumes_mid_epoch() -
     restored.load_state_dict(state)
     assert taken + list(restored) == second
     assert list(restored) == second  # the next pass is a whole epoch again
+
+
+def test_an_epochs_order_is_torchs_permutation_of_seed_plus_epoch_held_as_int32() -> None:
+    """The order runs drew before it was held as int32 (runs resumed across the change carry
+    on in the same order), in half the memory; lengths that are not counts are refused."""
+    from seq2seq.data.batching import BucketBatchSampler, EpochShuffle
+
+    sampler = EpochShuffle(5000, seed=7)
+    sampler.set_epoch(3)
+    drawn = torch.randperm(5000, generator=torch.Generator().manual_seed(10))
+    assert list(sampler) == drawn.tolist()
+    assert sampler._items(torch.Generator().manual_seed(10)).dtype == "int32"
+    with pytest.raises(ValueError, match=r"^lengths must be integers .*, got float64$"):
+        BucketBatchSampler([1.5, 2.0], batch_size=2)
