@@ -5,6 +5,8 @@
     python bench/scale.py --sizes 10000 100000
     python bench/scale.py --full           # and 10^7 (a corpus of about 1 GB on disk)
 
+About 12 minutes on the Zen 5 of docs/machines.md, 22 with --full (docs/data.md has its figures).
+
 The corpora are made from the shipped Tatoeba file, with nothing downloaded: pair i joins two
 or three Tatoeba pairs drawn with a seed, in the order drawn, source with source and target
 with target, so that deduplication does not collapse them (76,037 pairs give 4e14 ordered
