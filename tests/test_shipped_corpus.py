@@ -106,3 +106,27 @@ def test_the_recipes_decisive_settings_are_the_measured_ones(experiment: str, tm
             f"(docs/results.md, '{section}'): measure a change there first"
         )
     assert cfg.model._target_.endswith("Seq2SeqModule") and cfg.model.net.d_model == 256
+
+
+def test_results_md_decision_table_gives_each_setting_its_value_and_section() -> None:
+    """The table a reader looks a setting up in names the recipe's value and links to the
+    section RECIPE cites for it (a link that leads nowhere, or an old value, fails)."""
+    import re
+
+    results = (ROOT / "docs" / "results.md").read_text(encoding="utf-8")
+    section = results.split("## The recipe, decision by decision\n")[1].split("\n## ")[0]
+    rows = {}
+    for line in section.splitlines():
+        if found := re.fullmatch(r"\| `([^`]+)` \| ([^|]+) \| [^|]+ \| (.+) \|", line):
+            rows[found[1]] = (found[2].strip(), re.findall(r"\]\(#([^)]+)\)", found[3]))
+
+    def anchor(heading: str) -> str:  # as GitHub makes a heading's link
+        return re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
+
+    headings = {anchor(h) for h in re.findall(r"^#+ (.+)$", results, flags=re.MULTILINE)}
+    for key, (value, cited, _) in RECIPE.items():
+        shown, links = rows[key]
+        assert float(shown.replace(",", "")) == value, f"{key}: the table says {shown}, not {value}"
+        assert anchor(cited) in links, f"{key}: the table does not link to '{cited}'"
+    for key, (_, links) in rows.items():
+        assert links and set(links) <= headings, f"{key}: a link to no section: {links}"
