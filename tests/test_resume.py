@@ -204,6 +204,33 @@ def test_a_signal_saves_a_last_checkpoint_that_resumes_exactly(
     assert_resumed_exactly(run_dir, step, uninterrupted)
 
 
+def test_a_run_with_a_moving_average_of_its_weights_resumes_exactly(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, data_dir: Path
+) -> None:
+    """callbacks=ema: stopped by SIGTERM mid-epoch and resumed, the run's losses, its average
+    (which validation and the test score) and its weights end as an uninterrupted run's."""
+    ema = ["callbacks=ema", "callbacks.ema.decay=0.99"]  # a memory longer than the run's 48 steps
+    whole = uninterrupted_run(tmp_path_factory, data_dir, *ema)
+    run_dir = tmp_path / "run"
+    process = start(run_dir, data_dir, *ema, stdout=subprocess.PIPE)
+    wait_for_checkpoint(process, run_dir, 5)
+    process.send_signal(signal.SIGTERM)
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == 143, (out + err)[-3000:]
+    step = saved_step(run_dir / "checkpoints" / "last.ckpt")
+    resume_in_process(run_dir, data_dir, *ema)
+    assert_resumed_exactly(run_dir, step, whole)
+    ends = [
+        torch.load(path, weights_only=True, map_location="cpu")
+        for path in (whole["summary"]["last_checkpoint"], run_dir / "checkpoints" / "last.ckpt")
+    ]
+    assert ends[0]["averaging_state"] == ends[1]["averaging_state"] == {"n_averaged": TOTAL_STEPS}
+    for key in ("state_dict", "current_model_state"):  # the average, the weights
+        assert ends[0][key].keys() == ends[1][key].keys(), key
+        for name, value in ends[0][key].items():  # this process and a child may round apart
+            torch.testing.assert_close(ends[1][key][name], value, rtol=1e-4, atol=1e-5)
+
+
 def test_sigterm_in_an_epochs_last_batch_stops_after_the_epochs_end_and_resumes_exactly(
     tmp_path: Path, data_dir: Path, uninterrupted: dict, monkeypatch: pytest.MonkeyPatch
 ) -> None:

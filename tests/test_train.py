@@ -82,7 +82,7 @@ def test_every_config_group_composes_and_instantiates(
 OPTION_RUNS = [
     ["callbacks=early_stopping", "logger=tensorboard", "trainer=cpu"],
     ["callbacks=default", "logger=none", "trainer=auto", "debug=limit"],
-    ["logger=csv", "trainer=default", "debug=overfit"],
+    ["callbacks=ema", "logger=csv", "trainer=default", "debug=overfit"],
     ["callbacks=early_stopping", "debug=fdr"],
 ]
 BUDGET = ["trainer.max_time=00:00:01:00", "trainer.max_steps=3"]  # ends at the step limit

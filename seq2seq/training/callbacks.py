@@ -11,7 +11,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.callbacks import Callback, Checkpoint
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from seq2seq.checkpoint import write_run_config
@@ -20,7 +20,7 @@ from seq2seq.training.clock import ClockRecord, code_commit
 log = logging.getLogger(__name__)
 
 
-class InterruptCheckpoint(Callback):
+class InterruptCheckpoint(Checkpoint):
     """Writes last.ckpt when a run is stopped by SIGTERM (a scheduler's or `kill`'s) or Ctrl-C,
     so `python train.py resume=RUN_DIR` continues from that step, exactly.
 
@@ -41,6 +41,10 @@ class InterruptCheckpoint(Callback):
     the epochs left, or by losing the validation, with the later steps logged one off; a
     checkpoint saved at a batch's end it resumes exactly. One process only; under DDP
     Lightning's own stop applies.
+
+    A Checkpoint, so Lightning calls it after the other callbacks at a batch's end, as it calls
+    ModelCheckpoint: saved before them, it held a moving average of the weights (callbacks=ema)
+    one step behind the weights, and the resumed run lost that step's update.
     """
 
     def __init__(self, dirpath: str, filename: str = "last") -> None:

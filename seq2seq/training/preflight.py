@@ -44,6 +44,14 @@ def check_config(cfg: DictConfig) -> Any:
     checks.integer("average_last", cfg.get("average_last", 0), minimum=0)
     if cfg.get("validations") is not None:
         checks.integer("validations", cfg.validations, minimum=1)
+    ema = OmegaConf.select(cfg, "callbacks.ema")
+    if ema is not None and "decay" in ema:  # 1 would never move, 0 is no average: callbacks=ema
+        checks.number("callbacks.ema.decay", ema.decay, 0, 1, low_open=True, high_open=True)
+    if ema is not None and cfg.get("average_last", 0):  # its files are weights-only: no average
+        raise ValueError(
+            f"average_last={cfg.average_last} would average the trained weights of the last "
+            "validations, not callbacks=ema's average: set average_last=0 with callbacks=ema"
+        )
     if not cfg.train and not cfg.get("ckpt_path"):
         raise ValueError("train=false needs a checkpoint to evaluate: add ckpt_path=PATH")
     datamodule = instantiate(cfg.data)
