@@ -17,7 +17,7 @@ from seq2seq.core.decoding import DECODING_KEYS, DecodingConfig
 from seq2seq.core.model import ModelConfig, Seq2SeqTransformer
 from seq2seq.score import BLEU_TOKENIZERS
 
-SCHEDULES = ("inverse_sqrt", "cosine", "constant")
+SCHEDULES = ("inverse_sqrt", "cosine", "wsd", "constant")
 
 NONFINITE_LOSS = ("stop", "skip")
 
@@ -36,13 +36,17 @@ class TrainingConfig:
     lr: float = 1e-3  # peak learning rate
     betas: tuple[float, float] = (0.9, 0.98)  # AdamW's
     weight_decay: float = 0.01  # AdamW's, on matrices only (not biases or norm gains)
-    schedule: str = "inverse_sqrt"  # inverse_sqrt, cosine or constant, after the warmup
+    schedule: str = "inverse_sqrt"  # inverse_sqrt, cosine, wsd or constant, after the warmup
     warmup_steps: int = 100  # of linear warmup
     # With a time budget (trainer.max_time), the warmup also ends once training has taken this
     # share of the budget's training time, if that comes before warmup_steps: the warmup then
     # scales with the steps the budget buys on this machine and corpus. None: steps alone.
     warmup_share: float | None = None
-    min_lr_ratio: float = 0.0  # the cosine schedule ends at lr * min_lr_ratio
+    min_lr_ratio: float = 0.0  # the cosine and wsd schedules end at lr * min_lr_ratio
+    # schedule=wsd (warmup, stable, decay): after the warmup the rate stays at its peak, then
+    # falls in a straight line to lr * min_lr_ratio over this last share of the training after
+    # the warmup (of its time with a budget, as the cosine's progress; of its steps without).
+    cooldown_share: float | None = None
     # With a time budget: once the first validation has measured the pace, dropout
     # (model.net.dropout) is turned off for the rest of the run if the budget buys fewer than
     # this many epochs, where a model underfits rather than overfits. None: dropout throughout.
@@ -77,13 +81,26 @@ class TrainingConfig:
         checks.integer("model.training.warmup_steps", self.warmup_steps, minimum=0)
         if self.warmup_share is not None:
             checks.number("model.training.warmup_share", self.warmup_share, 0, 1, True, True)
-            if self.schedule != "cosine":
+            if self.schedule not in ("cosine", "wsd"):
                 raise ValueError(
                     f"model.training.warmup_share={self.warmup_share} needs "
-                    f"model.training.schedule=cosine (the {self.schedule} schedule follows the "
-                    "warmup's step count); set model.training.schedule=cosine or "
+                    f"model.training.schedule=cosine or wsd (the {self.schedule} schedule "
+                    "follows the warmup's step count); set model.training.schedule=cosine or "
                     "model.training.warmup_share=null"
                 )
+        if self.schedule == "wsd" or self.cooldown_share is not None:
+            if self.schedule != "wsd":
+                raise ValueError(
+                    f"model.training.cooldown_share={self.cooldown_share} is the decay of "
+                    f"schedule=wsd, not of {self.schedule}: set model.training.schedule=wsd or "
+                    "model.training.cooldown_share=null"
+                )
+            if self.cooldown_share is None:
+                raise ValueError(
+                    "model.training.schedule=wsd needs model.training.cooldown_share, the last "
+                    "share of training its decay takes: e.g. model.training.cooldown_share=0.2"
+                )
+            checks.number("model.training.cooldown_share", self.cooldown_share, 0, 1, True)
         checks.number("model.training.min_lr_ratio", self.min_lr_ratio, low=0, high=1)
         if self.dropout_min_epochs is not None:
             checks.number(

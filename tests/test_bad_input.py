@@ -130,7 +130,7 @@ CONFIG_ROWS = [
     ),
     (
         ["model.training.schedule=linear"],
-        "model.training.schedule must be one of inverse_sqrt, cosine, constant",
+        "model.training.schedule must be one of inverse_sqrt, cosine, wsd, constant",
     ),
     (["model.decoding.beam_size=0"], "model.decoding.beam_size must be a positive integer, got 0"),
     (["+model.lr_warmup=10"], "model.lr_warmup is not a setting of the module; its groups are"),

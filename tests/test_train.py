@@ -252,6 +252,63 @@ def test_learning_rate_schedules_are_continuous_and_lazy() -> None:
     assert lr_lambda("cosine", 0, total, 0.0)(0) == 1.0
 
 
+def test_the_warmup_stable_decay_schedule_is_its_definition_by_steps_and_by_the_clock() -> None:
+    """schedule=wsd: the warmup, the peak until the last cooldown_share of the training after
+    it, then a straight line to min_lr_ratio; against a plain reference at every step, and by
+    the clock's progress where a budget gives one. Its settings are checked."""
+    from seq2seq.hparams import TrainingConfig
+    from seq2seq.training.optim import lr_lambda
+
+    warmup, total, cooldown, floor = 10, 110, 0.2, 0.1
+
+    def reference(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        progress = min(1.0, (step - warmup) / (total - warmup))
+        if progress <= 1 - cooldown:
+            return 1.0
+        return floor + (1 - floor) * (1 - progress) / cooldown
+
+    asked = []
+    wsd = lr_lambda("wsd", warmup, lambda: asked.append(1) or total, floor, cooldown_share=0.2)
+    assert [wsd(s) for s in range(warmup)] == pytest.approx([reference(s) for s in range(10)])
+    assert not asked  # lazy, as the cosine: a resume restores the loader first
+    assert [wsd(s) for s in range(200)] == pytest.approx([reference(s) for s in range(200)])
+    assert wsd(50) == 1.0 and wsd(90) == pytest.approx(1.0) and wsd(100) == pytest.approx(0.55)
+    assert wsd(110) == pytest.approx(0.1)
+    by_clock = lr_lambda("wsd", warmup, lambda: math.inf, 0.0, lambda step: step / 100, None, 0.2)
+    assert [by_clock(s) for s in (50, 80, 90, 100)] == pytest.approx([1.0, 1.0, 0.5, 0.0])
+    assert TrainingConfig(schedule="wsd", cooldown_share=0.2, warmup_share=0.25)
+    with pytest.raises(ValueError, match=r"^model.training.schedule=wsd needs model.training.co"):
+        TrainingConfig(schedule="wsd")
+    not_wsd = r"^model.training.cooldown_share=0.2 is the decay of schedule=wsd, not of cosine: "
+    with pytest.raises(ValueError, match=not_wsd):
+        TrainingConfig(schedule="cosine", cooldown_share=0.2)
+    with pytest.raises(ValueError, match=r"^model.training.cooldown_share must be a number in "
+                       r"\(0, 1\], got 0$"):  # fmt: skip
+        TrainingConfig(schedule="wsd", cooldown_share=0)
+
+
+def test_a_budgeted_run_with_the_warmup_stable_decay_schedule_holds_its_peak_then_ends_low(
+    tmp_path: Path, data_dir: Path
+) -> None:
+    """schedule=wsd under a time budget, as a user runs it: the rate rises to its peak, holds
+    it, and falls only in the last part of the run, to its floor at the stop."""
+    run = [*budgeted_run(8, validations=2, share=0.1), "model.training.schedule=wsd",
+           "model.training.cooldown_share=0.3"]  # fmt: skip
+    cfg = compose_train(tmp_path, data_dir, run)
+    train(cfg)
+    with open(Path(cfg.paths.output_dir) / "csv" / "version_0" / "metrics.csv") as f:
+        lrs = [float(r["lr-AdamW/pg1"]) for r in csv.DictReader(f) if r.get("lr-AdamW/pg1")]
+    peak = cfg.model.training.lr
+    held = [i for i, lr in enumerate(lrs) if lr == pytest.approx(peak)]
+    assert len(held) >= 0.3 * len(lrs), (len(held), len(lrs))  # the stable part
+    after = lrs[held[-1] :]
+    assert len(after) >= 0.1 * len(lrs)  # the decay: the last part of the run
+    assert all(b <= a + 1e-12 for a, b in itertools.pairwise(after))
+    assert peak * 0.1 - 1e-12 <= lrs[-1] <= 0.3 * peak, (lrs[-1], peak)
+
+
 def test_module_hyperparameters_are_checked_completed_and_saved_in_groups() -> None:
     """Every TrainingConfig and DecodingConfig field is in its group of hparams (a
     checkpoint's hyper_parameters), given or at its default; a bad or unknown one, or a

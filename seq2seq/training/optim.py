@@ -1,6 +1,6 @@
 """The optimizer and the learning-rate schedule: AdamW with weight decay on matrices only, and
-a linear warmup followed by inverse square root, cosine (to a step count or a time budget's
-deadline) or a constant rate.
+a linear warmup followed by inverse square root, cosine or warmup-stable-decay (to a step
+count or a time budget's deadline) or a constant rate.
 """
 
 from __future__ import annotations
@@ -28,13 +28,16 @@ def lr_lambda(
     min_lr_ratio: float,
     time_progress: Callable[[int], float | None] | None = None,
     warmup: Callable[[int], tuple[bool, float | None]] | None = None,
+    cooldown_share: float | None = None,
 ) -> Callable[[int], float]:
     """Multiplier of the peak learning rate at optimizer step `step` (0-based).
 
     Linear warmup over warmup_steps, then inverse square root (Vaswani et al.), cosine down to
-    min_lr_ratio at the end of training, or constant. The end is total_steps() (asked only when
-    the cosine needs it, after the warmup; inf without a step limit) or, with a time budget,
-    when time_progress(step), the decay's progress by the clock, reaches 1
+    min_lr_ratio at the end of training, wsd (the peak until the last cooldown_share of the
+    training after the warmup, then a straight line down to min_lr_ratio: warmup-stable-decay,
+    as language-model speed records use it), or constant. The end is total_steps() (asked only
+    when the cosine or wsd needs it, after the warmup; inf without a step limit) or, with a
+    time budget, when time_progress(step), the decay's progress by the clock, reaches 1
     (callbacks.TimeBudget.decay_progress), whichever comes first. With a warmup by the clock
     (model.training.warmup_share), warmup(step) says whether step is still warming up and how
     far by the clock (TimeBudget.warming_up and warmup_progress): the warmup then ends at
@@ -52,12 +55,15 @@ def lr_lambda(
             return max((step + 1) / warmup_steps, by_clock or 0.0)
         if schedule == "inverse_sqrt":
             return math.sqrt(max(warmup_steps, 1) / (step + 1))
-        if schedule == "cosine":
+        if schedule in ("cosine", "wsd"):
             done = step - warmup_steps
             progress = 0.0 if done <= 0 else min(1.0, done / max(1, total() - warmup_steps))
             by_time = time_progress(step) if time_progress is not None else None
             if by_time is not None:
                 progress = max(progress, by_time)
+            if schedule == "wsd":
+                assert cooldown_share is not None  # TrainingConfig requires it for wsd
+                return min_lr_ratio + (1 - min_lr_ratio) * min(1.0, (1 - progress) / cooldown_share)
             return min_lr_ratio + (1 - min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
         return 1.0
 
@@ -114,7 +120,9 @@ def adamw_with_schedule(
             def warmup(step: int) -> tuple[bool, float | None]:
                 return budget.warming_up(step, steps, share), budget.warmup_progress(share)
 
-    factor = lr_lambda(hp.schedule, steps, total, hp.min_lr_ratio, progress, warmup)
+    factor = lr_lambda(
+        hp.schedule, steps, total, hp.min_lr_ratio, progress, warmup, hp.cooldown_share
+    )
     # interval "step": stepped once per optimizer step, so right under gradient accumulation.
     scheduler = {"scheduler": LambdaLR(optimizer, factor), "interval": "step"}
     return {"optimizer": optimizer, "lr_scheduler": scheduler}
