@@ -28,11 +28,11 @@ from seq2seq.core.model import (
 )
 
 # Every combination of the options (with post-norm and tied, shared embeddings, which touch
-# the same code): 2 x 4 x 3 x 2 x 2 x 2 = 192 small models.
+# the same code): 2 x 4 x 3 x 2 x 2 x 2 x 2 = 384 small models.
 COMBINATIONS = [
     dict(
         zip(
-            ("norm", "activation", "positional", "num_kv_heads", "bias", "norm_first"),
+            ("norm", "activation", "positional", "num_kv_heads", "bias", "norm_first", "qk_norm"),
             c,
             strict=True,
         )
@@ -44,6 +44,7 @@ COMBINATIONS = [
         (None, 1),
         (True, False),
         (True, False),
+        (False, True),
     )
 ]
 
@@ -247,6 +248,77 @@ def test_bias_free_models_have_no_bias_in_any_linear_layer() -> None:
     assert any(m.bias is not None for m in with_bias.modules() if isinstance(m, torch.nn.Linear))
 
 
+def qk_normed_reference(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gains: tuple, keep: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Attention of (B, H, T, D) heads written out: each query and key vector divided by its
+    root mean square (plus 1e-5) and times its gain, then softmax(q k^T / sqrt(D)) v."""
+
+    def normed(x: torch.Tensor, gain: torch.Tensor) -> torch.Tensor:
+        return x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * gain
+
+    q, k = normed(q, gains[0]), normed(k, gains[1])
+    scores = (q @ k.transpose(-2, -1)) / q.size(-1) ** 0.5
+    weights = scores.masked_fill(~keep, float("-inf")).softmax(-1)
+    return weights @ v, weights
+
+
+def test_qk_norm_attention_equals_its_definition_written_out() -> None:
+    """QK-norm (model.net.qk_norm): self- and cross-attention against the formula, with
+    gains that are not one; the cache holds the normalised keys."""
+    torch.manual_seed(0)
+    b, t1, t2, h, d = 2, 5, 7, 4, 6
+    self_attn = MultiHeadAttention(24, d, d, h, qk_norm=True)
+    cross = CrossAttention(24, 16, d, d, h, qk_norm=True)
+    for attn in (self_attn, cross):
+        with torch.no_grad():
+            attn.q_norm.weight.uniform_(0.5, 2.0)
+            attn.k_norm.weight.uniform_(0.5, 2.0)
+    gains = (self_attn.q_norm.weight, self_attn.k_norm.weight)
+
+    def heads(x: torch.Tensor, layer: torch.nn.Linear) -> torch.Tensor:
+        return layer(x).view(b, x.size(1), h, d).transpose(1, 2)
+
+    x = torch.randn(b, t1, 24)
+    causal = torch.ones(t1, t1, dtype=torch.bool).tril()
+    out, weights = qk_normed_reference(
+        heads(x, self_attn.proj_q), heads(x, self_attn.proj_k), heads(x, self_attn.proj_v),
+        gains, causal,
+    )  # fmt: skip
+    expected = self_attn.proj_o(out.transpose(1, 2).reshape(b, t1, h * d))
+    got, got_weights = self_attn(x, is_causal=True, need_weights=True)
+    torch.testing.assert_close(got, expected)
+    torch.testing.assert_close(got_weights, weights)
+    cache = KVCache()
+    for t in range(t1):
+        step = self_attn(x[:, t : t + 1], is_causal=True, cache=cache)
+        torch.testing.assert_close(step, expected[:, t : t + 1])
+    memory = torch.randn(b, t2, 16)
+    keep = torch.ones(b, 1, 1, t2, dtype=torch.bool)
+    keep[1, ..., 5:] = False
+    out, weights = qk_normed_reference(
+        heads(x, cross.proj_q1), heads(memory, cross.proj_k2), heads(memory, cross.proj_v2),
+        (cross.q_norm.weight, cross.k_norm.weight), keep,
+    )  # fmt: skip
+    expected = cross.proj_o(out.transpose(1, 2).reshape(b, t1, h * d))
+    got, got_weights = cross(x, memory, keep, need_weights=True)
+    torch.testing.assert_close(got, expected)
+    torch.testing.assert_close(got_weights, weights)
+    cache = KVCache()
+    for _ in range(2):  # the first call fills the cache, the second reads it
+        torch.testing.assert_close(cross(x, memory, keep, cache=cache), expected)
+    names = set(Seq2SeqTransformer(tiny_config(qk_norm=True)).state_dict())
+    assert {
+        "decoder.layers.0.cross_attn.q_norm.weight",
+        "encoder.layers.1.self_attn.k_norm.weight",
+    } <= names
+    assert not any("q_norm" in n for n in Seq2SeqTransformer(tiny_config()).state_dict())
+    from seq2seq.export import check_exportable
+
+    with pytest.raises(ValueError, match=r"^cannot export model.net.qk_norm=True: the export "):
+        check_exportable(tiny_config(qk_norm=True))  # CTranslate2's spec is not mapped for it
+
+
 def test_default_options_keep_the_parameter_names_of_earlier_checkpoints() -> None:
     names = set(Seq2SeqTransformer(tiny_config()).state_dict())
     assert {"encoder.layers.0.ff.0.weight", "encoder.layers.0.ff.3.bias"} <= names
@@ -266,6 +338,7 @@ def test_default_options_keep_the_parameter_names_of_earlier_checkpoints() -> No
         ({"num_kv_heads": 0}, "num_kv_heads must be a positive integer, got 0"),
         ({"positional": "rotary", "k_dim": 5}, "the per-head k_dim must be even, got 5"),
         ({"bias": "no"}, "bias must be true or false, got 'no'"),
+        ({"qk_norm": "yes"}, "qk_norm must be true or false, got 'yes'"),
     ],
 )
 def test_invalid_options_raise_value_error(overrides: dict, message: str) -> None:

@@ -46,6 +46,9 @@ __all__ = [
 ]
 
 
+QK_NORM_EPS = 1e-5  # of QK-norm's RMSNorm: model.py's NORM_EPS, as its other norms
+
+
 def _check_positive(**sizes: int) -> None:
     for name, value in sizes.items():
         checks.integer(name, value, minimum=1)
@@ -174,7 +177,13 @@ class _Attention(nn.Module):
     """
 
     def __init__(
-        self, k_dim: int, v_dim: int, num_heads: int, dropout: float, num_kv_heads: int | None
+        self,
+        k_dim: int,
+        v_dim: int,
+        num_heads: int,
+        dropout: float,
+        num_kv_heads: int | None,
+        qk_norm: bool = False,
     ) -> None:
         super().__init__()
         num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
@@ -189,6 +198,17 @@ class _Attention(nn.Module):
         self.k_dim = k_dim
         self.v_dim = v_dim
         self.dropout = dropout
+        # QK-norm (Dehghani et al., 2023; Wortsman et al., 2023): each head's queries and keys
+        # RMS-normalised, with a learned gain, before the scores, which bounds the logits and
+        # lets training take a higher learning rate. Absent (no parameters) when off.
+        self.q_norm = nn.RMSNorm(k_dim, eps=QK_NORM_EPS) if qk_norm else None
+        self.k_norm = nn.RMSNorm(k_dim, eps=QK_NORM_EPS) if qk_norm else None
+
+    def _normed(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+        """Queries and keys (B, heads, T, Dk), each head's vectors normalised (QK-norm)."""
+        if self.q_norm is None or self.k_norm is None:
+            return q, k
+        return self.q_norm(q), self.k_norm(k)
 
     def _split(self, x: Tensor, head_dim: int, heads: int | None = None) -> Tensor:
         b, t, _ = x.shape
@@ -238,6 +258,8 @@ class MultiHeadAttention(_Attention):
         bias: a bias in the output projection (the q/k/v projections have none).
         rotary: turns queries and keys by their positions before the scores (model.py's
             RotaryPositions: a callable (x (B, H, T, Dk), offset) -> x); None: no positions.
+        qk_norm: RMS-normalise each head's queries and keys (a learned gain each) before
+            the scores, and before rotary turns them.
 
     Shape:
         x: (B, T, in_dim); mask: broadcastable to (B, H, T, T), True = may attend;
@@ -260,9 +282,10 @@ class MultiHeadAttention(_Attention):
         num_kv_heads: int | None = None,
         bias: bool = True,
         rotary: Callable[[Tensor, int], Tensor] | None = None,
+        qk_norm: bool = False,
     ) -> None:
         _check_positive(in_dim=in_dim)
-        super().__init__(k_dim, v_dim, num_heads, dropout, num_kv_heads)
+        super().__init__(k_dim, v_dim, num_heads, dropout, num_kv_heads, qk_norm)
         self.in_dim = in_dim
         kv_heads = self.num_kv_heads
         self.proj_q = nn.Linear(in_dim, k_dim * num_heads, bias=False)
@@ -299,6 +322,7 @@ class MultiHeadAttention(_Attention):
         h_kv = self.num_kv_heads
         q = self._split(q, self.k_dim)  # (B, H, T, Dk)
         k, v = self._split(k, self.k_dim, h_kv), self._split(v, self.v_dim, h_kv)  # (B, H_kv, ...)
+        q, k = self._normed(q, k)  # keys enter the cache normalised
         if self.rotary is not None:  # keys enter the cache turned by their own positions
             offset = len(cache) if cache is not None else 0
             q, k = self.rotary(q, offset), self.rotary(k, offset)
@@ -330,7 +354,8 @@ class CrossAttention(_Attention):
     Args:
         in_dim1: width of x1 (the queries' side, and of the output).
         in_dim2: width of x2 (the keys' and values' side).
-        k_dim, v_dim, num_heads, dropout, num_kv_heads, bias: as in MultiHeadAttention.
+        k_dim, v_dim, num_heads, dropout, num_kv_heads, bias, qk_norm: as in
+            MultiHeadAttention.
 
     Shape:
         x1: (B, T1, in_dim1); x2: (B, T2, in_dim2); mask: broadcastable to (B, H, T1, T2),
@@ -353,9 +378,10 @@ class CrossAttention(_Attention):
         *,
         num_kv_heads: int | None = None,
         bias: bool = True,
+        qk_norm: bool = False,
     ) -> None:
         _check_positive(in_dim1=in_dim1, in_dim2=in_dim2)
-        super().__init__(k_dim, v_dim, num_heads, dropout, num_kv_heads)
+        super().__init__(k_dim, v_dim, num_heads, dropout, num_kv_heads, qk_norm)
         self.in_dim1 = in_dim1
         self.in_dim2 = in_dim2
         kv_heads = self.num_kv_heads
@@ -393,8 +419,12 @@ class CrossAttention(_Attention):
             k, v = F.linear(x2, w).split([self.proj_k2.out_features, self.proj_v2.out_features], -1)
             h_kv = self.num_kv_heads  # (B, H_kv, T2, Dk|Dv)
             k, v = self._split(k, self.k_dim, h_kv), self._split(v, self.v_dim, h_kv)
+            if self.k_norm is not None:
+                k = self.k_norm(k)
             if cache is not None:
                 cache.append(k, v)
+        if self.q_norm is not None:
+            q = self.q_norm(q)
         return self._attend(q, k, v, mask, False, need_weights)
 
 

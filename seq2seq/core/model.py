@@ -69,6 +69,7 @@ class ModelConfig:
     activation: str = "relu"
     num_kv_heads: int | None = None  # key/value heads (None: num_heads; 1: multi-query)
     bias: bool = True  # False: no bias in any linear layer (attention output, feed-forward)
+    qk_norm: bool = False  # RMS-normalise each attention head's queries and keys (QK-norm)
 
     def __post_init__(self) -> None:
         self._check_sizes()
@@ -106,7 +107,7 @@ class ModelConfig:
                 f"positional=rotary turns pairs of query/key features, so the per-head k_dim "
                 f"must be even, got {self.head_dims[0]}; change k_dim or num_heads"
             )
-        for name in ("norm_first", "tie_output", "share_embeddings", "bias"):
+        for name in ("norm_first", "tie_output", "share_embeddings", "bias", "qk_norm"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
@@ -353,7 +354,7 @@ def self_attention(config: ModelConfig, rotary: RotaryPositions | None) -> Multi
     (k_dim, v_dim), h = config.head_dims, config.num_heads
     return MultiHeadAttention(
         config.d_model, k_dim, v_dim, h, config.dropout,
-        num_kv_heads=config.kv_heads, bias=config.bias, rotary=rotary,
+        num_kv_heads=config.kv_heads, bias=config.bias, rotary=rotary, qk_norm=config.qk_norm,
     )  # fmt: skip
 
 
@@ -450,7 +451,15 @@ class DecoderLayer(nn.Module):
         # No rotary here: queries (target positions) and keys (source positions) are in two
         # sequences, whose distance i - j means nothing; cross-attention aligns by content.
         self.cross_attn = CrossAttention(
-            d, d, k_dim, v_dim, h, config.dropout, num_kv_heads=config.kv_heads, bias=config.bias
+            d,
+            d,
+            k_dim,
+            v_dim,
+            h,
+            config.dropout,
+            num_kv_heads=config.kv_heads,
+            bias=config.bias,
+            qk_norm=config.qk_norm,
         )
         self.ff = feed_forward(config)
         self.res_self = Residual(config)
