@@ -26,6 +26,7 @@ MODEL_OPTIONS: dict[str, list[str]] = {
     "gqa2": ["model.net.num_kv_heads=2"],
     "mqa": ["model.net.num_kv_heads=1"],
     "nobias": ["model.net.bias=false"],
+    "qknorm": ["model.net.qk_norm=true"],
 }
 
 

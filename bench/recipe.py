@@ -83,6 +83,10 @@ ROWS: dict[str, list[str]] = {
         "model.net.num_decoder_layers=6",
     ],
     **MODEL_OPTIONS,  # the model options of the 2020s, each alone (docs/results.md)
+    # The speed records' methods (issue 49), each off in the recipe until it wins here.
+    "qknorm-lr3e-3": ["model.net.qk_norm=true", "model.training.lr=3e-3"],  # norm, higher rate
+    "ema": ["callbacks=ema", "callbacks.ema.decay=0.999"],  # an average over ~1,000 steps
+    "wsd": ["model.training.schedule=wsd", "model.training.cooldown_share=0.2"],
     # The options that did not lose alone, together (RMSNorm lost 1.0 BLEU alone).
     "modern": [
         "model.net.activation=swiglu",
