@@ -200,15 +200,9 @@ class _Attention(nn.Module):
         self.dropout = dropout
         # QK-norm (Dehghani et al., 2023; Wortsman et al., 2023): each head's queries and keys
         # RMS-normalised, with a learned gain, before the scores, which bounds the logits and
-        # lets training take a higher learning rate. Absent (no parameters) when off.
-        self.q_norm = nn.RMSNorm(k_dim, eps=QK_NORM_EPS) if qk_norm else None
-        self.k_norm = nn.RMSNorm(k_dim, eps=QK_NORM_EPS) if qk_norm else None
-
-    def _normed(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
-        """Queries and keys (B, heads, T, Dk), each head's vectors normalised (QK-norm)."""
-        if self.q_norm is None or self.k_norm is None:
-            return q, k
-        return self.q_norm(q), self.k_norm(k)
+        # lets training take a higher learning rate. Identity (no parameters) when off.
+        self.q_norm = nn.RMSNorm(k_dim, eps=QK_NORM_EPS) if qk_norm else nn.Identity()
+        self.k_norm = nn.RMSNorm(k_dim, eps=QK_NORM_EPS) if qk_norm else nn.Identity()
 
     def _split(self, x: Tensor, head_dim: int, heads: int | None = None) -> Tensor:
         b, t, _ = x.shape
@@ -322,7 +316,7 @@ class MultiHeadAttention(_Attention):
         h_kv = self.num_kv_heads
         q = self._split(q, self.k_dim)  # (B, H, T, Dk)
         k, v = self._split(k, self.k_dim, h_kv), self._split(v, self.v_dim, h_kv)  # (B, H_kv, ...)
-        q, k = self._normed(q, k)  # keys enter the cache normalised
+        q, k = self.q_norm(q), self.k_norm(k)  # keys enter the cache normalised
         if self.rotary is not None:  # keys enter the cache turned by their own positions
             offset = len(cache) if cache is not None else 0
             q, k = self.rotary(q, offset), self.rotary(k, offset)
@@ -419,13 +413,10 @@ class CrossAttention(_Attention):
             k, v = F.linear(x2, w).split([self.proj_k2.out_features, self.proj_v2.out_features], -1)
             h_kv = self.num_kv_heads  # (B, H_kv, T2, Dk|Dv)
             k, v = self._split(k, self.k_dim, h_kv), self._split(v, self.v_dim, h_kv)
-            if self.k_norm is not None:
-                k = self.k_norm(k)
+            k = self.k_norm(k)
             if cache is not None:
                 cache.append(k, v)
-        if self.q_norm is not None:
-            q = self.q_norm(q)
-        return self._attend(q, k, v, mask, False, need_weights)
+        return self._attend(self.q_norm(q), k, v, mask, False, need_weights)
 
 
 @contextmanager

@@ -227,7 +227,8 @@ class TextSplitter:
         """Of the rows, the first of each (source, target) pair, in order; the rest counted.
         Only rows whose source is given more than once can repeat a pair, so only their targets
         are encoded (all 10^7 targets took a 1.3 GiB dictionary, bench/scale.py)."""
-        shared = rows[np.bincount(src_ids[rows])[src_ids[rows]] > 1]
+        sources = src_ids[rows]
+        shared = rows[np.bincount(sources)[sources] > 1]
         tgt_ids, _ = _encoded(tgt.take(pa.array(shared)))
         pairs = src_ids[shared].astype(np.int64) * (int(tgt_ids.max(initial=0)) + 1) + tgt_ids
         _, first = np.unique(pairs, return_index=True)  # the first occurrence of each
