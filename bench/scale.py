@@ -4,6 +4,7 @@
     python bench/scale.py                  # 10^4, 10^5, 10^6 pairs
     python bench/scale.py --sizes 10000 100000
     python bench/scale.py --full           # and 10^7 (a corpus of about 1 GB on disk)
+    python bench/scale.py --full --streaming   # the same corpora with data.corpus.streaming=true
 
 About 12 minutes on the Zen 5 of docs/machines.md, 22 with --full (docs/data.md has its figures).
 
@@ -23,6 +24,11 @@ by source sentence as the experiment does. For each size, in fresh processes:
   first and last step; then the same run stopped by SIGTERM at half the steps and resumed with
   `resume=RUN`: the time to its first step, and whether every step's loss and every final
   weight equal the uninterrupted run's (bench/scale_clock.py records the steps).
+
+With --streaming, the training split is read as it trains (data.corpus.streaming=true,
+seq2seq/data/stream.py): a first start indexes the file and fits the tokenizer on a sample of
+its blocks, and the cache holds that index and the held-out pairs; validation and test are a
+file of 1,000 other pairs made the same way (another seed), deduplication off.
 
 It prints a table and each measure's growth exponent between sizes (the slope of log time
 against log size: 1 is linear). Nothing is asserted; run nothing else meanwhile.
@@ -54,11 +60,28 @@ OUT = ROOT / "bench" / "out" / "scale"
 SEED = 0
 
 
-def make_corpus(size: int, path: Path) -> None:
+HELD_OUT = 1000  # pairs of a streamed corpus's validation and test file
+
+
+def held_out(corpus: Path) -> Path:
+    """The validation and test file of a streamed corpus."""
+    return corpus.with_name(corpus.stem + "-held.tsv")
+
+
+def streamed(corpus: Path | None) -> list[str]:
+    """The overrides that stream `corpus` (None: not streamed)."""
+    if corpus is None:
+        return []
+    return ["data.corpus.streaming=true", "data.dedupe=false",
+            f"data.corpus.validation.file={held_out(corpus)}",
+            f"data.corpus.test.file={held_out(corpus)}"]  # fmt: skip
+
+
+def make_corpus(size: int, path: Path, seed: int = SEED) -> None:
     """`size` pairs, each two or three Tatoeba pairs joined in the order drawn (seeded)."""
     with gzip.open(TATOEBA, "rt", encoding="utf-8", newline="") as f:
         pairs = [(row["en"], row["fr"]) for row in csv.DictReader(f, delimiter="\t")]
-    rng = random.Random(SEED)
+    rng = random.Random(seed)
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_suffix(".partial")
     with open(partial, "w", encoding="utf-8") as out:
@@ -69,7 +92,7 @@ def make_corpus(size: int, path: Path) -> None:
     partial.replace(path)
 
 
-def prepare(corpus: Path, data_dir: Path) -> dict:
+def prepare(corpus: Path, data_dir: Path, streaming: bool) -> dict:
     """In this process: the experiment's data module on `corpus`, prepared; its seconds."""
     from hydra import compose, initialize_config_dir
 
@@ -78,6 +101,7 @@ def prepare(corpus: Path, data_dir: Path) -> dict:
 
     overrides = [
         "experiment=parallel_bpe", f"data.corpus.train.file={corpus}", f"paths.data_dir={data_dir}",
+        *streamed(corpus if streaming else None),
     ]  # fmt: skip
     with initialize_config_dir(str(ROOT / "configs"), version_base="1.3"):
         cfg = compose("train", overrides=overrides)
@@ -87,19 +111,21 @@ def prepare(corpus: Path, data_dir: Path) -> dict:
     start = time.perf_counter()
     datamodule.prepare_data()
     seconds = time.perf_counter() - start
-    splits = datamodule.splits
+    pairs = {name: len(split) for name, split in datamodule.splits.items()}
+    if streaming:  # lines: a stream's pairs are counted as it trains
+        pairs["train"] = datamodule.train_blocks.lines
     return {
         "seconds": seconds,
-        "pairs": {name: len(split) for name, split in splits.items()},
+        "pairs": pairs,
         "phases": datamodule.phases.timings,
     }
 
 
-def in_fresh_process(corpus: Path, data_dir: Path) -> dict:
+def in_fresh_process(corpus: Path, data_dir: Path, streaming: bool) -> dict:
     """prepare() in a new Python process: its result, wall seconds and peak resident bytes."""
     start = time.perf_counter()
     child = subprocess.Popen(
-        [sys.executable, __file__, "_prepare", str(corpus), str(data_dir)],
+        [sys.executable, __file__, "_prepare", str(corpus), str(data_dir), str(int(streaming))],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
         env={**os.environ, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"},
     )  # fmt: skip
@@ -107,8 +133,10 @@ def in_fresh_process(corpus: Path, data_dir: Path) -> dict:
     _, status, usage = os.wait4(child.pid, 0)
     child.returncode = os.waitstatus_to_exitcode(status)
     if child.returncode != 0:
-        raise SystemExit(f"preparing {corpus} failed (exit {child.returncode}); run it alone: "
-                         f"python {__file__} _prepare {corpus} {data_dir}")  # fmt: skip
+        alone = f"python {__file__} _prepare {corpus} {data_dir} {int(streaming)}"
+        raise SystemExit(
+            f"preparing {corpus} failed (exit {child.returncode}); run it alone: {alone}"
+        )
     result = json.loads(out.strip().splitlines()[-1])
     result["wall"] = time.perf_counter() - start
     result["peak_rss"] = usage.ru_maxrss * 1024  # KiB on Linux
@@ -154,7 +182,7 @@ def losses(run_dir: Path) -> dict[int, float]:
     return found
 
 
-def train_and_resume(size: int, corpus: Path, data_dir: Path, steps: int) -> dict:
+def train_and_resume(size: int, corpus: Path, data_dir: Path, steps: int, streaming: bool) -> dict:
     """STEPS training steps on the prepared corpus, uninterrupted; then the same run stopped by
     SIGTERM at half of them and resumed with resume=RUN. Exact when every step's loss and
     every final weight are the same."""
@@ -165,6 +193,8 @@ def train_and_resume(size: int, corpus: Path, data_dir: Path, steps: int) -> dic
     work.mkdir(parents=True)
     common = ["experiment=parallel_bpe", f"data.corpus.train.file={corpus}",
               f"paths.data_dir={data_dir}", *(a.format(steps=steps) for a in TRAIN)]  # fmt: skip
+    if streaming:  # no epoch end: validation (none here, limit_val_batches=0) by steps
+        common += [*streamed(corpus), f"trainer.val_check_interval={steps}"]
     whole = run_train([*common, f"hydra.run.dir={work / 'whole'}"], work, work / "whole.jsonl")
     half = steps // 2
     stopped = run_train([*common, f"hydra.run.dir={work / 'stopped'}"], work,
@@ -211,12 +241,13 @@ def slope(xs: list[float], ys: list[float]) -> str:
 
 
 def main() -> None:
-    if len(sys.argv) == 4 and sys.argv[1] == "_prepare":
-        print(json.dumps(prepare(Path(sys.argv[2]), Path(sys.argv[3]))))
+    if len(sys.argv) == 5 and sys.argv[1] == "_prepare":
+        print(json.dumps(prepare(Path(sys.argv[2]), Path(sys.argv[3]), sys.argv[4] == "1")))
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[10**4, 10**5, 10**6])
     parser.add_argument("--full", action="store_true", help="also 10^7 pairs")
+    parser.add_argument("--streaming", action="store_true", help="data.corpus.streaming=true")
     parser.add_argument(
         "--steps",
         type=int,
@@ -233,12 +264,17 @@ def main() -> None:
         if not corpus.is_file():
             print(f"making {corpus} ...", flush=True)
             make_corpus(size, corpus)
-        data_dir = OUT / f"data-{size}"
+        if args.streaming and not held_out(corpus).is_file():
+            make_corpus(HELD_OUT, held_out(corpus), seed=SEED + 1)
+        data_dir = OUT / f"data-{size}{'-streamed' if args.streaming else ''}"
         shutil.rmtree(data_dir, ignore_errors=True)  # a first preparation: nothing cached
-        first = in_fresh_process(corpus, data_dir)
-        cached = in_fresh_process(corpus, data_dir)
+        first = in_fresh_process(corpus, data_dir, args.streaming)
+        cached = in_fresh_process(corpus, data_dir, args.streaming)
         disk = disk_bytes(data_dir)
-        trained = train_and_resume(size, corpus, data_dir, args.steps) if args.steps else None
+        trained = (
+            train_and_resume(size, corpus, data_dir, args.steps, args.streaming)
+            if args.steps else None
+        )  # fmt: skip
         figures.append((size, first, cached, disk, trained))
         rows.append([
             f"{size:,}", f"{first['pairs']['train']:,}", f"{first['seconds']:.1f}",

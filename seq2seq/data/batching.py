@@ -169,44 +169,49 @@ class BucketBatchSampler(_EpochOrder):
             chunk = order[start : start + pool]
             # A stable sort: equal lengths keep their shuffled order.
             chunk = chunk[np.argsort(self.lengths[chunk], kind="stable")]
-            batches += np.split(chunk, self._batch_starts(self.lengths[chunk].tolist())[1:])
+            batches += np.split(
+                chunk,
+                batch_starts(self.lengths[chunk].tolist(), self.batch_size, self.max_tokens)[1:],
+            )
         shuffle = torch.randperm(len(batches), generator=generator).tolist()
-        return self._evened([batches[i] for i in shuffle])
-
-    def _evened(self, batches: list[np.ndarray]) -> list[np.ndarray]:
-        """Batches a multiple of num_replicas in number: the largest (the first of equal
-        sizes) halved in place, as many as are short, so no example is given out twice and
-        none is left out. (Too few examples to halve: the padding of _epoch_items.)"""
-        short = -len(batches) % self.num_replicas
-        sizes = np.array([len(b) for b in batches])
-        if short == 0 or (sizes > 1).sum() < short:
-            return batches
-        halve = set(np.argsort(-sizes, kind="stable")[:short].tolist())
-        evened: list[np.ndarray] = []
-        for index, batch in enumerate(batches):
-            evened += np.array_split(batch, 2) if index in halve else [batch]
-        return evened
-
-    def _batch_starts(self, ascending: list[int]) -> list[int]:
-        """Where each batch starts in lengths sorted ascending, filled greedily: a batch takes
-        the next example while it holds fewer than batch_size and (examples + 1) x that
-        example's length (its padded size with it) stays within max_tokens, and always takes
-        its first. Sorted ascending, both limits only tighten as a batch grows, so a batch's
-        size is found by bisection: a few steps a batch, not one an example (10 million
-        examples: 2.9 s an epoch, not 8.0)."""
-        budget = self.max_tokens or float("inf")
-        starts, at = [], 0
-        while at < len(ascending):
-            starts.append(at)
-            fits, most = 1, min(self.batch_size, len(ascending) - at)
-            while fits < most:
-                middle = (fits + most + 1) // 2
-                if ascending[at + middle - 1] * middle <= budget:
-                    fits = middle
-                else:
-                    most = middle - 1
-            at += fits
-        return starts
+        return evened([batches[i] for i in shuffle], self.num_replicas)
 
     def __len__(self) -> int:
         return len(self._epoch_items())
+
+
+def evened(batches: list, num_replicas: int) -> list:
+    """Batches a multiple of num_replicas in number: the largest (the first of equal sizes)
+    halved in place, as many as are short, so no example is given out twice and none is left
+    out. (Too few examples to halve: the batches as they are.)"""
+    short = -len(batches) % num_replicas
+    sizes = np.array([len(b) for b in batches])
+    if short == 0 or (sizes > 1).sum() < short:
+        return batches
+    halve = set(np.argsort(-sizes, kind="stable")[:short].tolist())
+    out: list = []
+    for index, batch in enumerate(batches):
+        out += np.array_split(batch, 2) if index in halve else [batch]
+    return out
+
+
+def batch_starts(ascending: list[int], batch_size: int, max_tokens: int | None) -> list[int]:
+    """Where each batch starts in lengths sorted ascending, filled greedily: a batch takes the
+    next example while it holds fewer than batch_size and (examples + 1) x that example's
+    length (its padded size with it) stays within max_tokens, and always takes its first.
+    Sorted ascending, both limits only tighten as a batch grows, so a batch's size is found by
+    bisection: a few steps a batch, not one an example (10 million examples: 2.9 s an epoch,
+    not 8.0)."""
+    budget = max_tokens or float("inf")
+    starts, at = [], 0
+    while at < len(ascending):
+        starts.append(at)
+        fits, most = 1, min(batch_size, len(ascending) - at)
+        while fits < most:
+            middle = (fits + most + 1) // 2
+            if ascending[at + middle - 1] * middle <= budget:
+                fits = middle
+            else:
+                most = middle - 1
+        at += fits
+    return starts

@@ -132,6 +132,9 @@ class Seq2SeqDataModule(L.LightningDataModule):
         self.max_tokens = max_tokens
         self.pool_batches = pool_batches
         self.splits: DatasetDict | None = None
+        # A streamed training split (data.corpus.streaming): its files by block; None: the
+        # training split is in self.splits, cached whole.
+        self.train_blocks: Any = None
         self.phases = Phases()  # of the last preparation: bench/scale.py reads them
 
     @property
@@ -197,12 +200,15 @@ class Seq2SeqDataModule(L.LightningDataModule):
             self.setup()
         assert self.splits is not None
         v = self.tgt_vocab
-        dataset = self.splits[split]
         trainer = self.trainer  # set once Lightning runs this module; None when used alone
         shard = {
             "num_replicas": trainer.world_size if trainer else 1,
             "rank": trainer.global_rank if trainer else 0,
         }
+        pad = partial(collate, pad_id=v.pad_id, bos_id=v.bos_id, eos_id=v.eos_id)
+        if split == "train" and self.train_blocks is not None:
+            return self._stream_loader(pad, shard)
+        dataset = self.splits[split]
         if shuffle and self.bucket:
             batch_sampler = BucketBatchSampler(
                 dataset.with_format("arrow")["length"].to_numpy(),
@@ -215,12 +221,31 @@ class Seq2SeqDataModule(L.LightningDataModule):
         else:
             sampler = (EpochShuffle if shuffle else InOrder)(len(dataset), **shard)
             batching = {"batch_size": self.batch_size, "sampler": sampler}
+        return self._stateful_loader(dataset, pad, **batching)
+
+    def _stream_loader(self, pad: Any, shard: dict[str, int]) -> StatefulDataLoader:
+        """The streamed training batches (seq2seq/data/stream.py): the stream batches itself,
+        so the loader takes its batches as they come (batch_size=None). Seeded as the
+        samplers are, by the run's seed (seed_everything); one batch ahead, as Lightning
+        fetches it (StreamBatches' `ahead`)."""
+        from seq2seq.data.stream import StreamBatches
+
+        def encode(src: list[str], tgt: list[str]) -> tuple[list, list]:
+            return self.src_vocab.encode_batch(src), self.tgt_vocab.encode_batch(tgt)
+
+        stream = StreamBatches(
+            self.train_blocks, encode, pad, self.max_length, self.batch_size, self.max_tokens,
+            self.pool_batches, self.bucket, seed=torch.initial_seed(), **shard, ahead=1,
+        )  # fmt: skip
+        return self._stateful_loader(stream, None, batch_size=None)
+
+    def _stateful_loader(self, dataset: Any, pad: Any, **batching: Any) -> StatefulDataLoader:
         with warnings.catch_warnings():  # torchdata 0.11 calls a deprecated torch function
             warnings.filterwarnings("ignore", message=".*set_vital.*")
             return StatefulDataLoader(
                 dataset,
                 **batching,
-                collate_fn=partial(collate, pad_id=v.pad_id, bos_id=v.bos_id, eos_id=v.eos_id),
+                collate_fn=pad,
                 num_workers=self.num_workers,
                 pin_memory=self.pin_memory,
                 persistent_workers=self.num_workers > 0,

@@ -25,9 +25,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow.compute as pc
 from datasets import DatasetDict
 
 from seq2seq import checks
+from seq2seq.data.corpora.blocks import LineBlocks
 from seq2seq.data.corpora.common import Corpus, CorpusWithTokenizers
 from seq2seq.data.datamodule import Seq2SeqDataModule
 from seq2seq.data.text_splits import SPLIT_OFF, TextSplitter, keep, lengths, select
@@ -174,11 +176,23 @@ class TranslationDataModule(Seq2SeqDataModule):
         self.val_size, self.test_size, self.seed = val_size, test_size, seed
         self.split_by = checks.choice("data.split_by", split_by, SPLIT_BY)
         self.dedupe = checks.choice("data.dedupe", dedupe, (True, False))
+        self.streaming = bool(getattr(corpus, "streaming", False))
+        if self.streaming and dedupe:
+            raise ValueError(
+                "data.dedupe=true needs the whole training split at once, which "
+                "data.corpus.streaming=true never holds: set data.dedupe=false"
+            )
+        if self.streaming and num_workers:
+            raise ValueError(
+                f"data.num_workers={num_workers}: a streamed corpus is read and tokenized by the "
+                "training process itself (a pool of batches at a time): set data.num_workers=0"
+            )
 
     def load_splits(self) -> DatasetDict:
         # The tokenizers are fitted on the training text, so they exist from here on.
         text = self._load_text()
-        self.src_vocab, self.tgt_vocab = self._fit(text["train"])
+        train = self.train_blocks if self.streaming else text["train"]
+        self.src_vocab, self.tgt_vocab = self._fit(train)
         return text
 
     def _tokenized(self) -> DatasetDict:
@@ -224,6 +238,16 @@ class TranslationDataModule(Seq2SeqDataModule):
     def _load_text(self) -> DatasetDict:
         with self.phases("read"):
             loaded = self.corpus.load(self.data_dir)
+        if self.streaming:
+            with self.phases("index the training files"):
+                files = self.corpus.train_files()  # type: ignore[attr-defined]
+                self.train_blocks = LineBlocks(*files, self.data_dir)
+            log.info(
+                "train: streamed from its files, %d lines in %d blocks, read as it trains "
+                "(data.corpus.streaming)", self.train_blocks.lines, len(self.train_blocks),
+            )  # fmt: skip
+            with self.phases("clean"):
+                return DatasetDict({split: self._filled(split, loaded[split]) for split in loaded})
         sizes = {}
         for split, size in (("test", self.test_size), ("validation", self.val_size)):
             name = f"data.{'val' if split == 'validation' else 'test'}_size"
@@ -237,15 +261,27 @@ class TranslationDataModule(Seq2SeqDataModule):
         splitter = TextSplitter(self.dedupe, sizes, self.split_by, self.seed, self.phases)
         return splitter(loaded, self.data_dir)
 
+    @staticmethod
+    def _filled(split: str, dataset: Any) -> Any:
+        """A held-out split of a streamed corpus without its empty pairs, counted (the cached
+        path's TextSplitter does this with the rest)."""
+        filled = (lengths(dataset, "src", pc.utf8_length) > 0) & (
+            lengths(dataset, "tgt", pc.utf8_length) > 0
+        )
+        if not filled.all():
+            log.warning(
+                "%s: dropped %d empty pairs of %d", split, int((~filled).sum()), len(dataset)
+            )
+        return keep(dataset, filled)
+
     def _fit(self, train: Any) -> tuple[Tokenizer, Tokenizer]:
-        """The corpus's own tokenizers, or source and target tokenizers fitted on train (or
-        read from the cache)."""
+        """The corpus's own tokenizers, or source and target tokenizers fitted on train (a
+        dataset, or a stream's blocks; or read from the cache)."""
         config = self.tokenizer_config
         if config is None:
             return self.corpus.tokenizers()
-        key = hashlib.sha256(
-            json.dumps([train._fingerprint, config], sort_keys=True).encode()
-        ).hexdigest()[:16]
+        data = ["stream", train.key, self.seed] if self.streaming else train._fingerprint
+        key = hashlib.sha256(json.dumps([data, config], sort_keys=True).encode()).hexdigest()[:16]
         paths = [Path(self.data_dir) / "tokenizers" / f"{key}-{side}.json" for side in "st"]
         if all(p.is_file() for p in paths):
             with self.phases("tokenizers, cached"):
@@ -256,26 +292,22 @@ class TranslationDataModule(Seq2SeqDataModule):
     def _fit_and_save(
         self, train: Any, config: dict[str, Any], paths: list[Path]
     ) -> tuple[Tokenizer, Tokenizer]:
-
-        sample = train
-        if config["sample"] is not None and config["sample"] < len(train):
-            drawn = np.random.default_rng(self.seed).choice(len(train), config["sample"], False)
-            sample = select(train, np.sort(drawn))  # in order: the file is read front to back
+        texts, pairs, total = self._sample(train, config["sample"])
 
         def fit(*columns: str) -> Tokenizer:
-            texts = (text for column in columns for text in _texts(sample, column))
+            chained = (text for column in columns for text in texts(column))
             return fit_tokenizer(
-                config["kind"], texts, config["vocab_size"], config["min_frequency"]
+                config["kind"], chained, config["vocab_size"], config["min_frequency"]
             )
 
         if config["shared"]:
             src = tgt = fit("src", "tgt")
         else:
             src, tgt = fit("src"), fit("tgt")
-        of = "" if len(sample) == len(train) else f" (data.tokenizer.sample) of {len(train)}"
+        of = "" if total is None else f" (data.tokenizer.sample) of {total}"
         log.info(
             "Fitted %s tokenizers on %d training pairs%s: source %d tokens, target %d%s",
-            config["kind"], len(sample), of, len(src), len(tgt),
+            config["kind"], pairs[0], of, len(src), len(tgt),
             " (shared)" if config["shared"] else "",
         )  # fmt: skip
         paths[0].parent.mkdir(parents=True, exist_ok=True)
@@ -285,3 +317,26 @@ class TranslationDataModule(Seq2SeqDataModule):
         # of the tokenizers, and a freshly fitted one hashes otherwise than itself read back,
         # so the second start tokenized everything again (bench/scale.py).
         return load_tokenizer(paths[0]), load_tokenizer(paths[1])
+
+    def _sample(self, train: Any, size: int | None) -> tuple[Any, list[int], Any]:
+        """What the tokenizers are fitted on: texts(column) -> that column's texts of at most
+        `size` training pairs drawn with the seed; a one-item list that holds how many pairs
+        (once read); and of how many (a stream's: its lines), None where all were used."""
+        if self.streaming:  # whole blocks drawn at random: no pass over the corpus
+            pairs = [0]
+
+            def streamed(column: str) -> Iterator[str]:
+                pairs[0] = 0
+                for pair in train.sample(size, self.seed):
+                    if pair["src"] and pair["tgt"]:
+                        pairs[0] += 1
+                        yield pair[column]
+
+            every = size is None or size >= train.lines
+            return streamed, pairs, None if every else f"{train.lines} lines"
+        sample = train
+        if size is not None and size < len(train):
+            drawn = np.random.default_rng(self.seed).choice(len(train), size, False)
+            sample = select(train, np.sort(drawn))  # in order: the file is read front to back
+        every = len(sample) == len(train)
+        return (lambda column: _texts(sample, column)), [len(sample)], None if every else len(train)

@@ -52,12 +52,33 @@ def check_config(cfg: DictConfig) -> Any:
             f"average_last={cfg.average_last} would average the trained weights of the last "
             "validations, not callbacks=ema's average: set average_last=0 with callbacks=ema"
         )
+    if OmegaConf.select(cfg, "data.corpus.streaming") is True and cfg.train:
+        check_streaming_trainer(cfg)
     if not cfg.train and not cfg.get("ckpt_path"):
         raise ValueError("train=false needs a checkpoint to evaluate: add ckpt_path=PATH")
     datamodule = instantiate(cfg.data)
     if cfg.train:
         check_model_fits_data(cfg.model.net.max_positions, datamodule)
     return datamodule
+
+
+def check_streaming_trainer(cfg: DictConfig) -> None:
+    """A streamed corpus has no epoch end (seq2seq/data/stream.py): something else must end the
+    run, and validate within it."""
+    trainer = cfg.trainer
+    if trainer.get("max_steps", -1) in (-1, None) and trainer.get("max_time") is None:
+        raise ValueError(
+            "data.corpus.streaming=true trains without an epoch end: give trainer.max_steps=N "
+            "or trainer.max_time=DD:HH:MM:SS to end the run"
+        )
+    clocked = trainer.get("max_time") is not None and cfg.get("validations") is not None
+    interval = trainer.get("val_check_interval")
+    if not clocked and not (checks.is_integer(interval) and interval >= 1):
+        raise ValueError(
+            "data.corpus.streaming=true has no epoch end to validate at, got "
+            f"trainer.val_check_interval={checks.describe(interval)}: give "
+            "trainer.val_check_interval=N (batches), or validations=N with trainer.max_time"
+        )
 
 
 def check_model_config(model: DictConfig) -> None:

@@ -8,13 +8,14 @@ import csv
 import glob
 import gzip
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from itertools import zip_longest
 from pathlib import Path
 from typing import Any
 
 from datasets import DatasetDict
 
+from seq2seq import checks
 from seq2seq.data.corpora.common import from_generator
 from seq2seq.data.tokenizer import clean, decode_line
 
@@ -61,51 +62,73 @@ def _field(record: dict[str, Any], column: str) -> Any:
     return value
 
 
+def jsonl_pair(line: str, path: Path, number: int, src_column: str, tgt_column: str):
+    """The pair of one JSONL line (None for a blank line); a bad line fails naming it."""
+    if not line.strip():
+        return None
+    try:
+        record = json.loads(line)
+        pair = {"src": _field(record, src_column), "tgt": _field(record, tgt_column)}
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path} line {number} is not valid JSON: {error.msg}") from None
+    except (KeyError, TypeError) as error:
+        raise ValueError(
+            f"{path} line {number} has no field {error.args[0]!r}; set "
+            "data.corpus.src_column and tgt_column to its keys (a.b for nested ones)"
+        ) from None
+    return {"src": clean(str(pair["src"])), "tgt": clean(str(pair["tgt"]))}
+
+
+def table_reader(lines: Iterable[str], kind: str) -> Any:
+    """csv.reader of TSV (no quoting: a field may hold quotes) or CSV lines."""
+    if kind == "tsv":
+        return csv.reader(lines, delimiter="\t", quoting=csv.QUOTE_NONE)
+    return csv.reader(lines, delimiter=",", quoting=csv.QUOTE_MINIMAL)
+
+
+def table_columns(path: Path, kind: str, header: list[str] | None, src_column: str,
+                  tgt_column: str) -> tuple[int, int]:  # fmt: skip
+    """Where src_column and tgt_column are in a TSV or CSV header; a missing one fails naming
+    the header."""
+    if header is None:
+        raise ValueError(f"{path} is empty: a {kind.upper()} file needs a header row")
+    missing = [c for c in (src_column, tgt_column) if c not in header]
+    if missing:
+        raise ValueError(
+            f"{path} has no column {missing[0]!r} (its header: {', '.join(header)}); set "
+            "data.corpus.src_column and tgt_column"
+        )
+    return header.index(src_column), header.index(tgt_column)
+
+
+def row_pair(row: list[str], width: int, columns: tuple[int, int], path: Path, number: int):
+    """The pair of one TSV or CSV row (None for an empty row); a row of the wrong width fails
+    naming its line."""
+    if not row:
+        return None
+    if len(row) != width:
+        raise ValueError(f"{path} line {number} has {len(row)} fields but the header has {width}")
+    return {"src": clean(row[columns[0]]), "tgt": clean(row[columns[1]])}
+
+
 def table_pairs(path: Path, src_column: str, tgt_column: str) -> Iterator[dict[str, str]]:
     """Pairs from a TSV or CSV file with a header row, or a JSONL file of objects."""
     kind = table_kind(path)
     lines = read_lines(path)
     count = 0
     if kind == "jsonl":
-        for number, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-                pair = {"src": _field(record, src_column), "tgt": _field(record, tgt_column)}
-            except json.JSONDecodeError as error:
-                raise ValueError(f"{path} line {number} is not valid JSON: {error.msg}") from None
-            except (KeyError, TypeError) as error:
-                raise ValueError(
-                    f"{path} line {number} has no field {error.args[0]!r}; set "
-                    "data.corpus.src_column and tgt_column to its keys (a.b for nested ones)"
-                ) from None
-            count += 1
-            yield {"src": clean(str(pair["src"])), "tgt": clean(str(pair["tgt"]))}
+        pairs = (
+            jsonl_pair(line, path, n, src_column, tgt_column) for n, line in enumerate(lines, 1)
+        )
     else:
-        delimiter = "\t" if kind == "tsv" else ","
-        quoting = csv.QUOTE_NONE if kind == "tsv" else csv.QUOTE_MINIMAL
-        reader = csv.reader(lines, delimiter=delimiter, quoting=quoting)
+        reader = table_reader(lines, kind)
         header = next(reader, None)
-        if header is None:
-            raise ValueError(f"{path} is empty: a {kind.upper()} file needs a header row")
-        missing = [c for c in (src_column, tgt_column) if c not in header]
-        if missing:
-            raise ValueError(
-                f"{path} has no column {missing[0]!r} (its header: {', '.join(header)}); set "
-                "data.corpus.src_column and tgt_column"
-            )
-        src_index, tgt_index = header.index(src_column), header.index(tgt_column)
-        for row in reader:
-            if not row:
-                continue
-            if len(row) != len(header):
-                raise ValueError(
-                    f"{path} line {reader.line_num} has {len(row)} fields but the header has "
-                    f"{len(header)}"
-                )
+        columns = table_columns(path, kind, header, src_column, tgt_column)
+        pairs = (row_pair(row, len(header), columns, path, reader.line_num) for row in reader)
+    for pair in pairs:
+        if pair is not None:
             count += 1
-            yield {"src": clean(row[src_index]), "tgt": clean(row[tgt_index])}
+            yield pair
     if count == 0:
         raise ValueError(f"{path} has no pairs: it is empty or holds only a header")
 
@@ -119,6 +142,21 @@ def table_kind(path: Path) -> str:
             "(optionally .gz), or give two aligned text files as src and tgt"
         )
     return kinds[suffix]
+
+
+def check_streamable(path: Path, aligned: bool) -> None:
+    """Refuses a file that cannot be read a block at a time: gzip, or CSV."""
+    if Path(path).name.endswith(".gz"):
+        raise ValueError(
+            f"data.corpus.streaming=true reads blocks from the middle of a file, which "
+            f"{path} (gzip) cannot give: decompress it (gunzip -k {path}), or set "
+            "data.corpus.streaming=false"
+        )
+    if not aligned and table_kind(Path(path)) == "csv":
+        raise ValueError(
+            f"data.corpus.streaming=true reads a file by lines, and a CSV field may span "
+            f"lines ({path}): convert it to TSV or JSONL, or set data.corpus.streaming=false"
+        )
 
 
 def file_pairs(
@@ -167,6 +205,11 @@ class ParallelFiles:
     files in sorted order) or a list, read as one corpus in that order. Any file may be
     gzip-compressed (.gz). A split left out (null) is split off the training
     data by the data module.
+
+    With ``streaming=True`` the training split is not cached: the data module reads its files
+    (``train_files``) a block of lines at a time as training goes (corpora/blocks.py; text,
+    TSV or JSONL, uncompressed), and validation and test must be given as files (a stream is
+    not split).
     """
 
     def __init__(
@@ -176,7 +219,9 @@ class ParallelFiles:
         test: dict[str, str | None] | None = None,
         src_column: str = "src",
         tgt_column: str = "tgt",
+        streaming: bool = False,
     ) -> None:
+        self.streaming = checks.choice("data.corpus.streaming", streaming, (True, False))
         self.splits = {}
         for split, files in (("train", train), ("validation", validation), ("test", test)):
             files = {k: v for k, v in (files or {}).items() if v}
@@ -189,6 +234,17 @@ class ParallelFiles:
                 continue
             self.splits[split] = self._check(split, files)
         self.src_column, self.tgt_column = src_column, tgt_column
+        if streaming:
+            missing = [split for split in ("validation", "test") if split not in self.splits]
+            if missing:
+                raise ValueError(
+                    f"data.corpus.streaming=true needs data.corpus.{missing[0]} files: a stream "
+                    "is read as it trains and is not split (give held-out files, or set "
+                    "data.corpus.streaming=false)"
+                )
+            for key, paths in self.splits["train"].items():
+                for path in paths:
+                    check_streamable(Path(path), aligned=key != "file")
 
     @staticmethod
     def _check(split: str, files: dict[str, str]) -> dict[str, str]:
@@ -214,6 +270,8 @@ class ParallelFiles:
         cache_dir = Path(data_dir) / "files"
         out = {}
         for split, files in self.splits.items():
+            if split == "train" and self.streaming:  # read as it trains: train_blocks
+                continue
             paths = [Path(p).resolve() for names in files.values() for p in names]
             stamps = tuple((str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in paths)
             out[split] = from_generator(
@@ -221,3 +279,8 @@ class ParallelFiles:
                 tgt_column=self.tgt_column, stamps=stamps,
             )  # fmt: skip
         return DatasetDict(out)
+
+    def train_files(self) -> tuple[dict[str, tuple[str, ...]], str, str]:
+        """What a stream of the training split reads (corpora/blocks.py's LineBlocks): its
+        files, and the source and target columns."""
+        return self.splits["train"], self.src_column, self.tgt_column
