@@ -57,7 +57,7 @@ class _EpochOrder(Sampler):
         if isinstance(items, np.ndarray):
             items = np.concatenate([items, np.resize(items, short)])
         else:
-            items = items + (items * (short // max(len(items), 1) + 1))[:short]
+            items = repeated_to(items, self.num_replicas)
         return items[self.rank :: self.num_replicas]
 
     def set_epoch(self, epoch: int) -> None:
@@ -178,6 +178,13 @@ class BucketBatchSampler(_EpochOrder):
 
     def __len__(self) -> int:
         return len(self._epoch_items())
+
+
+def repeated_to(items: list, num_replicas: int) -> list:
+    """items, its first ones repeated until they are a multiple of num_replicas in number (as
+    DistributedSampler pads), so every process gets as many."""
+    short = -len(items) % num_replicas
+    return items + (items * (short // max(len(items), 1) + 1))[:short]
 
 
 def evened(batches: list, num_replicas: int) -> list:

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 from torch.utils.data import IterableDataset
 
-from seq2seq.data.batching import batch_starts, evened
+from seq2seq.data.batching import batch_starts, evened, repeated_to
 from seq2seq.data.corpora.blocks import BLOCK_LINES, LineBlocks
 
 log = logging.getLogger(__name__)
@@ -119,9 +119,8 @@ class StreamBatches(IterableDataset):
             ordered, cuts = shuffled, list(range(self.batch_size, len(shuffled), self.batch_size))
         batches = [batch for batch in np.split(ordered, cuts) if len(batch)]
         batches = [batches[i] for i in rng.permutation(len(batches))]
-        batches = evened(batches, self.num_replicas)
-        short = -len(batches) % self.num_replicas  # too few pairs to even out: repeat some
-        batches = batches + (batches * (short // max(len(batches), 1) + 1))[:short]
+        # Too few pairs to even out by halving: some repeated.
+        batches = repeated_to(evened(batches, self.num_replicas), self.num_replicas)
         return [[examples[i] for i in batch.tolist()] for batch in batches][
             self.rank :: self.num_replicas
         ]

@@ -88,6 +88,12 @@ class LineBlocks:
             [np.stack([np.full(n, g), np.arange(n)], axis=1) for g, n in enumerate(counts)]
         ).astype(np.int64)
         self.lines = sum(self._index["lines"])
+        # Per group: where a TSV file's source and target columns are (None: not TSV).
+        self._columns = [
+            None if header is None
+            else table_columns(group[0], "tsv", header, src_column, tgt_column)
+            for group, header in zip(self.groups, self._index["headers"], strict=True)
+        ]  # fmt: skip
         self._open: dict[Path, Any] = {}
 
     def _header(self, path: Path) -> list[str] | None:
@@ -168,8 +174,8 @@ class LineBlocks:
                 jsonl_pair(text, path, n, self.src_column, self.tgt_column) for n, text in lines
             )
         else:
-            columns = table_columns(path, "tsv", header, self.src_column, self.tgt_column)
             rows = table_reader([text for _, text in lines], "tsv")
+            columns = self._columns[group]
             pairs = (
                 row_pair(row, len(header), columns, path, n)
                 for (n, _), row in zip(lines, rows, strict=True)
@@ -189,8 +195,3 @@ class LineBlocks:
             yield from pairs
             if size is not None and given >= size:
                 return
-
-    def close(self) -> None:
-        for handle in self._open.values():
-            handle.close()
-        self._open.clear()

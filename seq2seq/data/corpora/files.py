@@ -270,7 +270,7 @@ class ParallelFiles:
         cache_dir = Path(data_dir) / "files"
         out = {}
         for split, files in self.splits.items():
-            if split == "train" and self.streaming:  # read as it trains: train_blocks
+            if split == "train" and self.streaming:  # read as it trains: train_files
                 continue
             paths = [Path(p).resolve() for names in files.values() for p in names]
             stamps = tuple((str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in paths)
