@@ -74,6 +74,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         clocked_validation,
     )
     from seq2seq.training.memory import keep_freed_memory
+    from seq2seq.training.pick import SearchGrid, pick_search, record_in_checkpoint
 
     if logging.getLogger().handlers:
         # `import lightning` adds its own console handler, and its records also reach the
@@ -130,7 +131,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
 
     try:
         test_metrics: dict[str, float] = {}
-        best = last = tested = averaged = None
+        best = last = tested = averaged = picked = None
         if cfg.train:
             trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from)
             # Read now: testing restores the callbacks' state as the best checkpoint saved it.
@@ -143,6 +144,12 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             tested = averaged or best
             if best is None:
                 log.warning("No checkpoint was saved; testing the weights in memory")
+        grid = SearchGrid.from_config(cfg.get("pick_search"))
+        if grid.active:
+            monitor = OmegaConf.select(cfg, "callbacks.model_checkpoint.monitor")
+            picked = pick_search(trainer, module, datamodule, grid, monitor, weights=tested)
+            if tested is not None and trainer.is_global_zero:
+                record_in_checkpoint(tested, picked)  # this run's checkpoint, never ckpt_path's
         if cfg.test:
             results = trainer.test(module, datamodule=datamodule, ckpt_path=tested)
             test_metrics = {k: float(v) for k, v in (results[0] if results else {}).items()}
@@ -155,6 +162,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         "best_checkpoint": best if cfg.train else cfg.ckpt_path,
         "last_checkpoint": last,
         "averaged_checkpoint": averaged,  # with average_last: the checkpoint tested
+        "picked_search": picked,  # with pick_search: each candidate's scores and the pick
         "test": test_metrics,
         # How the BLEU and chrF here and in the metrics CSV were computed (sacreBLEU signatures).
         "signatures": signatures(module.settings.bleu_tokenize),

@@ -300,6 +300,9 @@ def search(beam: int, length_penalty: float | None = None) -> list[str]:
     return given
 
 
+PENALTIES = (0.6, 0.8, 1.0, 1.2, 1.4)  # the length penalties decode tests, and picks among
+
+
 def decode_rows(run_dir: Path, reverse: bool, last: list[int], regime: str) -> None:
     """Test one run's checkpoints under each decoding setting, and averages of its last N."""
     from seq2seq.average import recent_checkpoints, write_average
@@ -307,11 +310,14 @@ def decode_rows(run_dir: Path, reverse: bool, last: list[int], regime: str) -> N
     best = json.loads((run_dir / "summary.json").read_text())["best_checkpoint"]
     settings: list[tuple[str, str, list[str]]] = [
         ("greedy", best, search(1)),
-        ("beam 5, length penalty 0.6", best, search(5, 0.6)),
-        ("beam 5, length penalty 1.0", best, search(5, 1.0)),
-        ("beam 5, length penalty 1.4", best, search(5, 1.4)),
+        *((f"beam 5, length penalty {lp}", best, search(5, lp)) for lp in PENALTIES),
         ("beam 10, length penalty 1.0", best, search(10, 1.0)),
-    ]
+        # The test with the length penalty validation picks (pick_search), from PENALTIES.
+        ("beam 5, picked on validation", best, [
+            "pick_search.beam_sizes=[5]",
+            f"pick_search.length_penalties=[{','.join(map(str, PENALTIES))}]",
+        ]),
+    ]  # fmt: skip
     for n in last:
         averaged = run_dir / "checkpoints" / f"bench-average-last{n}.ckpt"
         if not averaged.is_file():
@@ -327,6 +333,11 @@ def decode_rows(run_dir: Path, reverse: bool, last: list[int], regime: str) -> N
             (eval_dir / "wall_s.txt").write_text(f"{wall:.1f}\n")
         figures = test_figures(eval_dir)
         wall = float((eval_dir / "wall_s.txt").read_text())
+        picked = json.loads((eval_dir / "summary.json").read_text()).get("picked_search")
+        if picked:  # which penalty validation picked, and its validation score
+            choice = picked["picked"]
+            label += (f" ({choice['length_penalty']:g}: validation {picked['metric']} "
+                      f"{100 * choice[picked['metric']]:.2f})")  # fmt: skip
         table.append([label, Path(ckpt).name, f"{100 * figures['bleu']:.2f}",
                       f"{100 * figures['chrf']:.2f}",
                       f"{wall:.0f}"])  # fmt: skip

@@ -18,6 +18,9 @@ project adds (RunState.save; write_run_config, which callbacks.SaveRunConfig cal
     train_metric_states  saved mid-epoch by one process: the epoch's training metrics so far
                        (torchmetrics states), so the epoch's means after a resume are the
                        whole epoch's (optional: files without it resume with none)
+    picked_search      with pick_search, in the checkpoint the run tested: every candidate
+                       search's validation scores and the pick, which is also the file's
+                       decoding defaults (optional; seq2seq.training.pick writes it)
 
 The tools read them through run_record (inspect) and carry_run_record (average). A file of a
 newer format is refused in one line naming its version. A change to these keys bumps
@@ -51,6 +54,7 @@ __all__ = [
     "load_checkpoint",
     "load_module",
     "load_weights",
+    "picked_search_lines",
     "run_record",
     "trained_model",
     "write_run_config",
@@ -131,7 +135,25 @@ def run_record(checkpoint: dict[str, Any]) -> dict[str, Any]:
         "last_metrics": checkpoint.get("metrics", {}),
         "metric_signatures": checkpoint.get("metric_signatures", {}),  # sacreBLEU's
         "run_config": checkpoint.get("run_config"),
+        "picked_search": checkpoint.get("picked_search"),  # None: not picked
     }
+
+
+def picked_search_lines(record: dict[str, Any]) -> list[str]:
+    """A picked_search record as the log and inspect show it: the metric, then each
+    candidate's scores, the pick marked."""
+    picked = record["picked"]
+    lines = [
+        f"picked by validation {record['metric']} on {record['pairs']} pairs:",
+        f"  {'beam':>4} {'length penalty':>14} {'BLEU':>7} {'chrF':>7} {'seconds':>8}",
+    ]
+    for row in record["rows"]:
+        mark = "  <- picked" if row == picked else ""
+        lines.append(
+            f"  {row['beam_size']:>4} {row['length_penalty']:>14g} {row['bleu']:>7.4f} "
+            f"{row['chrf']:>7.4f} {row['seconds']:>8.1f}{mark}"
+        )
+    return lines
 
 
 def carry_run_record(source: dict[str, Any], target: dict[str, Any]) -> None:

@@ -21,7 +21,13 @@ from typing import Any
 
 import torch
 
-from seq2seq.checkpoint import load_checkpoint, load_module, run_record, trained_model
+from seq2seq.checkpoint import (
+    load_checkpoint,
+    load_module,
+    picked_search_lines,
+    run_record,
+    trained_model,
+)
 from seq2seq.checks import flatten
 from seq2seq.cli import ArgumentParser, run_tool
 from seq2seq.curves import save_figure, write_curves
@@ -93,6 +99,8 @@ def print_report(info: dict[str, Any]) -> None:
     for name, value in sorted(info["last_metrics"].items()):
         signature = signatures.get(name.split("/")[-1])
         print(f"  last {name:<20} {value:.4f}" + (f"  ({signature})" if signature else ""))
+    if info["picked_search"] is not None:  # the run's pick_search: its decoding defaults
+        print("\nsearch " + "\n".join(picked_search_lines(info["picked_search"])))
     print("\nrun config (as composed by Hydra)")
     if info["run_config"] is None:
         print("  (not saved in this checkpoint)")

@@ -171,8 +171,10 @@ def test_every_results_table_names_its_commit_and_machine() -> None:
         capture_output=True, text=True,
     ).stdout.strip() == "false"  # fmt: skip
     for line, note in tables:
-        if text.splitlines()[line - 1].startswith("| setting | value | why | evidence |"):
-            continue  # the recipe's decisions: each links to the section whose table it cites
+        if text.splitlines()[line - 1].startswith(
+            ("| setting | value | why | evidence |", "| question | answer | section |")
+        ):
+            continue  # the decisions and the index: each links to the section whose table it cites
         named = re.fullmatch(
             r"Ran at commit `([0-9a-f]{7,40})` on the \[([^]]+)\]\(machines\.md\).*", note
         )

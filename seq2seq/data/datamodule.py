@@ -193,14 +193,15 @@ class Seq2SeqDataModule(L.LightningDataModule):
                 for split, dataset in text.items()
             })  # fmt: skip
 
-    def _loader(self, split: str, shuffle: bool) -> StatefulDataLoader:
+    def _loader(self, split: str, shuffle: bool, whole: bool = False) -> StatefulDataLoader:
         """A DataLoader that can save where it is in an epoch (and its shuffle order), so
-        Lightning resumes a run stopped mid-epoch at the very next batch."""
+        Lightning resumes a run stopped mid-epoch at the very next batch. Under DDP each
+        process gets its share of the split, or with whole=True all of it."""
         if self.splits is None:
             self.setup()
         assert self.splits is not None
         v = self.tgt_vocab
-        trainer = self.trainer  # set once Lightning runs this module; None when used alone
+        trainer = None if whole else self.trainer  # set once Lightning runs this module
         shard = {
             "num_replicas": trainer.world_size if trainer else 1,
             "rank": trainer.global_rank if trainer else 0,
@@ -259,3 +260,7 @@ class Seq2SeqDataModule(L.LightningDataModule):
 
     def test_dataloader(self) -> StatefulDataLoader:
         return self._loader("test", shuffle=False)
+
+    def whole_loader(self, split: str) -> StatefulDataLoader:
+        """The split in order, all of it in every process (the search's pick reads it)."""
+        return self._loader(split, shuffle=False, whole=True)

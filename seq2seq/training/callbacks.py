@@ -197,7 +197,8 @@ class TimeBudget(Callback):
     decision and where dropout went off, so a resume keeps dropout as decided, on or off,
     whatever its own pace.
 
-    With test=false (`test`: the run config's), no time is kept for a test.
+    With test=false (`test`: the run config's), no time is kept for a test. With `pick_search`
+    (the run config's, seq2seq.training.pick) it keeps time for the pick too.
 
     It records every decision the clock makes (seq2seq.training.clock.ClockRecord: the
     progress read once at each step, the steps validated at, where the warmup and the decay
@@ -209,8 +210,13 @@ class TimeBudget(Callback):
     Inactive (progress() is None) without trainer.max_time.
     """
 
-    def __init__(self, test: bool = True, dirpath: str | None = None) -> None:
+    def __init__(
+        self, test: bool = True, dirpath: str | None = None, pick_search: Any = None
+    ) -> None:
+        from seq2seq.training.pick import SearchGrid
+
         self.test = test  # whether the run tests after fit (the reserve keeps time for it)
+        self.pick = SearchGrid.from_config(pick_search)  # the search picked after fit, if any
         self.dirpath = dirpath  # the run directory, where clock.json goes (None: nowhere)
         self.record = ClockRecord()  # this run's decisions
         self._replayed: ClockRecord | None = None  # the decisions replayed instead of the clock
@@ -262,7 +268,10 @@ class TimeBudget(Callback):
                 "one has no clock to replay"
             )
         if self.active:
+            from seq2seq.training.pick import pick_share
+
             self._test_share = _test_share(trainer, pl_module) if self.test else 0.0
+            self._test_share += pick_share(self.pick, pl_module.hparams.get("decoding"))
             log.info(
                 "Time budget %.0f s: the schedule ends, and the last validation%s run, within "
                 "it", self._budget, ", checkpoint and test" if self.test else " and checkpoint",
@@ -275,7 +284,7 @@ class TimeBudget(Callback):
             log.info("Time budget: validating every %.0f s of training", self._interval)
 
     def reserve(self) -> float:
-        """Seconds kept for the final validation and the test."""
+        """Seconds kept for the final validation, the search's pick and the test."""
         assert self._budget is not None
         if self._validation_seconds is None:
             return 0.1 * self._budget

@@ -21,6 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from seq2seq import checks
 from seq2seq.run_dir import RunDir
+from seq2seq.training.pick import SearchGrid
 
 # What Lightning's Trainer takes as precision (lightning.fabric.connector's _PRECISION_INPUT,
 # a private name, so listed here).
@@ -42,6 +43,7 @@ def check_config(cfg: DictConfig) -> Any:
         check_resume(cfg, resume_from)
     replay_record(cfg)
     checks.integer("average_last", cfg.get("average_last", 0), minimum=0)
+    SearchGrid.from_config(cfg.get("pick_search"))  # its values, before the data is made
     if cfg.get("validations") is not None:
         checks.integer("validations", cfg.validations, minimum=1)
     ema = OmegaConf.select(cfg, "callbacks.ema")
@@ -218,6 +220,7 @@ RESUME_MAY_CHANGE = (
     "trainer.enable_model_summary", "trainer.profiler", "data.num_workers", "data.pin_memory",
     "model.training.log_examples", "callbacks.progress_bar", "callbacks.lr_monitor", "test",
     "average_last", "callbacks.recent_checkpoints.save_top_k", "callbacks.time_budget.test",
+    "pick_search", "callbacks.time_budget.pick_search",
     # Added since runs were made, and what they did before (their Trainers validated at epoch
     # ends, where both checks come after the validation): a run made before them resumes.
     "callbacks.early_stopping.check_on_train_epoch_end",
@@ -228,7 +231,8 @@ REPLAY_MAY_CHANGE = (
     "trainer.log_every_n_steps", "trainer.enable_progress_bar", "trainer.enable_model_summary",
     "trainer.profiler", "data.num_workers", "data.pin_memory", "model.training.log_examples",
     "callbacks.progress_bar", "callbacks.lr_monitor", "test", "average_last",
-    "callbacks.recent_checkpoints.save_top_k", "callbacks.time_budget.test",
+    "callbacks.recent_checkpoints.save_top_k", "callbacks.time_budget.test", "pick_search",
+    "callbacks.time_budget.pick_search",
 )  # fmt: skip
 # Where the run is and what it logs to: a moved run directory or another logger is no change.
 RESUME_IGNORES = ("paths", "logger", "hydra", "resume", "ckpt_path", "task_name", "replay")
