@@ -87,6 +87,7 @@ ROWS: dict[str, list[str]] = {
     "qknorm-lr3e-3": ["model.net.qk_norm=true", "model.training.lr=3e-3"],  # norm, higher rate
     "ema": ["callbacks=ema", "callbacks.ema.decay=0.999"],  # an average over ~1,000 steps
     "wsd": ["model.training.schedule=wsd", "model.training.cooldown_share=0.2"],
+    "muon": ["model.training.optimizer=muon"],  # Muon on the layers' matrices, AdamW's rate
     # The options that did not lose alone, together (RMSNorm lost 1.0 BLEU alone).
     "modern": [
         "model.net.activation=swiglu",

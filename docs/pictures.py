@@ -118,7 +118,7 @@ def budgeted_lr(
     from helpers import clocked_budget
 
     from seq2seq.hparams import TrainingConfig
-    from seq2seq.training.optim import adamw_with_schedule
+    from seq2seq.training.optim import optimizer_with_schedule
 
     clock = {"elapsed": 0.0}
     budget = clocked_budget(budget_s, clock)
@@ -130,7 +130,9 @@ def budgeted_lr(
         lr=peak, schedule="cosine", warmup_steps=warmup, warmup_share=share, min_lr_ratio=0.0
     )
     weight = torch.zeros(1, requires_grad=True)
-    scheduler = adamw_with_schedule([weight], settings, trainer)["lr_scheduler"]["scheduler"]
+    scheduler = optimizer_with_schedule([("weight", weight)], settings, trainer)["lr_scheduler"][
+        "scheduler"
+    ]
     factor = scheduler.lr_lambdas[0]
     pace = 0.9 * budget_s / steps  # training's share of the budget (the rest: evaluation)
     rates = []

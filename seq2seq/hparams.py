@@ -18,6 +18,7 @@ from seq2seq.core.model import ModelConfig, Seq2SeqTransformer
 from seq2seq.score import BLEU_TOKENIZERS
 
 SCHEDULES = ("inverse_sqrt", "cosine", "wsd", "constant")
+OPTIMIZERS = ("adamw", "muon")
 
 NONFINITE_LOSS = ("stop", "skip")
 
@@ -35,7 +36,11 @@ class TrainingConfig:
 
     lr: float = 1e-3  # peak learning rate
     betas: tuple[float, float] = (0.9, 0.98)  # AdamW's
-    weight_decay: float = 0.01  # AdamW's, on matrices only (not biases or norm gains)
+    weight_decay: float = 0.01  # on matrices only (not biases or norm gains)
+    # adamw: AdamW on every parameter. muon: torch.optim.Muon (momentum 0.95, its update scaled
+    # to AdamW's size, so lr and weight_decay keep their meaning) on the encoder's and
+    # decoder's weight matrices, AdamW on the embeddings, output projection, biases and norms.
+    optimizer: str = "adamw"
     schedule: str = "inverse_sqrt"  # inverse_sqrt, cosine, wsd or constant, after the warmup
     warmup_steps: int = 100  # of linear warmup
     # With a time budget (trainer.max_time), the warmup also ends once training has taken this
@@ -67,6 +72,7 @@ class TrainingConfig:
 
     def __post_init__(self) -> None:
         checks.number("model.training.lr", self.lr, low=0, low_open=True)
+        checks.choice("model.training.optimizer", self.optimizer, OPTIMIZERS)
         betas = self.betas
         if not (
             isinstance(betas, (list, tuple))

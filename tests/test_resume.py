@@ -231,6 +231,26 @@ def test_a_run_with_a_moving_average_of_its_weights_resumes_exactly(
             torch.testing.assert_close(ends[1][key][name], value, rtol=1e-4, atol=1e-5)
 
 
+def test_a_run_with_muon_resumes_exactly(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, data_dir: Path
+) -> None:
+    """model.training.optimizer=muon: stopped by SIGTERM mid-epoch and resumed, the run's
+    losses from the next step on (which Muon's momentum shapes) and its test end as an
+    uninterrupted run's."""
+    muon = ["model.training.optimizer=muon"]
+    whole = uninterrupted_run(tmp_path_factory, data_dir, *muon)
+    run_dir = tmp_path / "run"
+    process = start(run_dir, data_dir, *muon, stdout=subprocess.PIPE)
+    wait_for_checkpoint(process, run_dir, 5)
+    process.send_signal(signal.SIGTERM)
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == 143, (out + err)[-3000:]
+    saved = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)
+    assert set(saved["optimizer_states"][0]) == {"muon", "adamw"}
+    resume_in_process(run_dir, data_dir, *muon)
+    assert_resumed_exactly(run_dir, saved["global_step"], whole)
+
+
 def test_sigterm_in_an_epochs_last_batch_stops_after_the_epochs_end_and_resumes_exactly(
     tmp_path: Path, data_dir: Path, uninterrupted: dict, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -394,6 +394,72 @@ def test_optimizer_steps_exactly_like_torchs_plain_adamw() -> None:
         torch.testing.assert_close(p, q)
 
 
+def test_muon_steps_the_layers_matrices_as_torchs_muon_and_the_rest_as_torchs_adamw() -> None:
+    """model.training.optimizer=muon: the encoder's and decoder's weight matrices move as
+    torch.optim.Muon moves them (AdamW-matched rate) and every other parameter as AdamW, under
+    the schedule's changing rate; its state round-trips, and an AdamW state is refused."""
+    from torch.optim.lr_scheduler import LambdaLR
+
+    from seq2seq.data.vocab import Vocabulary
+    from seq2seq.training.optim import MuonWithAdamW
+
+    torch.manual_seed(0)
+    vocab = Vocabulary([str(i) for i in range(10)]).to_dict()
+    net = {"d_model": 32, "num_heads": 4, "d_ff": 64, "num_encoder_layers": 1,
+           "num_decoder_layers": 1}  # fmt: skip
+    training = {"optimizer": "muon", "lr": 1e-2, "weight_decay": 0.1, "warmup_steps": 2}
+    module = Seq2SeqModule(net, vocab, vocab, training=training)
+    answer = module.configure_optimizers()
+    optimizer, scheduler = answer["optimizer"], answer["lr_scheduler"]["scheduler"]
+    named = list(module.named_parameters())
+    hidden = {name for name, p in named if p.dim() == 2 and ".layers." in name}
+    # Every projection and feed-forward matrix of both stacks; no embedding, no output layer.
+    assert len(hidden) == 4 + 2 + 8 + 2
+    assert not any("embed" in name or "generator" in name for name in hidden)
+    params = [p for _, p in named]
+    copies = {name: p.detach().clone().requires_grad_() for name, p in named}
+    muon = torch.optim.Muon(
+        [copies[n] for n in copies if n in hidden], lr=1e-2, weight_decay=0.1,
+        adjust_lr_fn="match_rms_adamw",
+    )  # fmt: skip
+    rest = [copies[n] for n in copies if n not in hidden]
+    adamw = torch.optim.AdamW(
+        [{"params": [q for q in rest if q.dim() >= 2], "weight_decay": 0.1},
+         {"params": [q for q in rest if q.dim() < 2], "weight_decay": 0.0}],
+        lr=1e-2, betas=(0.9, 0.98), foreach=False,
+    )  # fmt: skip
+    rates = [LambdaLR(o, scheduler.lr_lambdas[0]) for o in (muon, adamw)]
+
+    def step(optimizers: list, scheduled: list) -> None:
+        for p, q in zip(params, copies.values(), strict=True):
+            p.grad = torch.randn_like(p)
+            q.grad = p.grad.clone()
+        for o in optimizers:
+            o.step()
+        for s in scheduled:
+            s.step()
+
+    for _ in range(3):  # the rate rises over the warmup's 2 steps, then falls
+        step([optimizer, muon, adamw], [scheduler, *rates])
+    for p, q in zip(params, copies.values(), strict=True):
+        torch.testing.assert_close(p, q)
+    # Its state holds both optimizers' and carries on in a new instance, as a resume loads it.
+    again = Seq2SeqModule(net, vocab, vocab, training=training)
+    again.load_state_dict(module.state_dict())
+    loaded = again.configure_optimizers()["optimizer"]
+    loaded.load_state_dict(optimizer.state_dict())
+    params = list(again.parameters())
+    step([loaded, muon, adamw], [])
+    for p, q in zip(params, copies.values(), strict=True):
+        torch.testing.assert_close(p, q)
+    plain = torch.optim.AdamW(params).state_dict()
+    assert isinstance(loaded, MuonWithAdamW)
+    with pytest.raises(ValueError, match=r"saved with model\.training\.optimizer=adamw"):
+        loaded.load_state_dict(plain)
+    with pytest.raises(ValueError, match=r"model\.training\.optimizer must be one of"):
+        Seq2SeqModule(net, vocab, vocab, training={"optimizer": "sgd"})
+
+
 def test_a_briefly_trained_model_translates_numbers_from_their_source(
     tmp_path: Path, data_dir: Path
 ) -> None:

@@ -31,7 +31,7 @@ from seq2seq.score import signatures
 from seq2seq.training.callbacks import last_batch
 from seq2seq.training.doctor import Doctor
 from seq2seq.training.metrics import StageMetrics, TextRow, write_test_texts
-from seq2seq.training.optim import adamw_with_schedule
+from seq2seq.training.optim import optimizer_with_schedule
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +86,7 @@ class Seq2SeqModule(Decodes, L.LightningModule):
             self._compiled = True
 
     def configure_optimizers(self) -> dict[str, Any]:
-        return adamw_with_schedule(self.parameters(), self.settings, self._trainer)
+        return optimizer_with_schedule(self.named_parameters(), self.settings, self._trainer)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.run_state.restore(checkpoint)

@@ -1,6 +1,7 @@
-"""The optimizer and the learning-rate schedule: AdamW with weight decay on matrices only, and
-a linear warmup followed by inverse square root, cosine or warmup-stable-decay (to a step
-count or a time budget's deadline) or a constant rate.
+"""The optimizer and the learning-rate schedule: AdamW with weight decay on matrices only (or
+Muon on the layers' weight matrices with AdamW on the rest), and a linear warmup followed by
+inverse square root, cosine or warmup-stable-decay (to a step count or a time budget's
+deadline) or a constant rate.
 """
 
 from __future__ import annotations
@@ -70,38 +71,40 @@ def lr_lambda(
     return factor
 
 
-def adamw_with_schedule(
-    parameters: Iterable[Tensor], hp: TrainingConfig, trainer: Any | None
+def optimizer_with_schedule(
+    named_parameters: Iterable[tuple[str, Tensor]], hp: TrainingConfig, trainer: Any | None
 ) -> dict[str, Any]:
-    """Lightning's configure_optimizers answer: AdamW and its per-step LambdaLR schedule.
+    """Lightning's configure_optimizers answer: the optimizer and its per-step LambdaLR schedule.
 
-    hp: the module's training settings (lr, betas, weight_decay, schedule, warmup_steps,
-    warmup_share, min_lr_ratio). trainer: the run's (its step count, a TimeBudget's clock, the
-    precision); None for a module used alone.
+    named_parameters: the module's (names decide Muon's share). hp: the module's training
+    settings (optimizer, lr, betas, weight_decay, schedule, warmup_steps, warmup_share,
+    min_lr_ratio). trainer: the run's (its step count, a TimeBudget's clock, the precision);
+    None for a module used alone.
     """
-    parameters = list(parameters)
-    # Decay matrices (weights of linear maps and embeddings), not biases or norm gains.
-    decay = [p for p in parameters if p.dim() >= 2]
-    no_decay = [p for p in parameters if p.dim() < 2]
-    log.info(
-        "AdamW: %d tensors (%d parameters) with weight decay, %d (%d) without",
-        len(decay), sum(p.numel() for p in decay),
-        len(no_decay), sum(p.numel() for p in no_decay),
-    )  # fmt: skip
+    named = list(named_parameters)
+    parameters = [p for _, p in named]
     # One fused kernel for all tensors instead of a loop over them: optimizer steps 4-7x faster
     # on a CPU, where torch's default is the plain loop. Not under mixed precision: Lightning's
     # AMP plugin refuses to clip the gradients of an optimizer that unscales them itself, as
     # the fused one does.
     mixed = trainer is not None and "mixed" in str(trainer.precision)
-    optimizer = torch.optim.AdamW(
-        [
-            {"params": decay, "weight_decay": hp.weight_decay},
-            {"params": no_decay, "weight_decay": 0.0},
-        ],
-        lr=hp.lr,
-        betas=tuple(hp.betas),
-        fused=not mixed and fused_adamw_supported(parameters),
-    )
+    fused = not mixed and fused_adamw_supported(parameters)
+    if hp.optimizer == "muon":
+        hidden = [p for name, p in named if is_hidden_matrix(name, p)]
+        rest = [p for name, p in named if not is_hidden_matrix(name, p)]
+        optimizer: torch.optim.Optimizer = MuonWithAdamW(
+            torch.optim.Muon(
+                hidden, lr=hp.lr, weight_decay=hp.weight_decay, adjust_lr_fn="match_rms_adamw"
+            ),
+            adamw(rest, hp, fused),
+        )
+        log.info(
+            "Muon: %d matrices (%d parameters); AdamW: %d tensors (%d parameters)",
+            len(hidden), sum(p.numel() for p in hidden),
+            len(rest), sum(p.numel() for p in rest),
+        )  # fmt: skip
+    else:
+        optimizer = adamw(parameters, hp, fused)
 
     # Not estimated_stepping_batches right away: asking for it while Lightning configures the
     # optimizer loads the train loader before a checkpoint's loader state is restored, and a
@@ -126,6 +129,74 @@ def adamw_with_schedule(
     # interval "step": stepped once per optimizer step, so right under gradient accumulation.
     scheduler = {"scheduler": LambdaLR(optimizer, factor), "interval": "step"}
     return {"optimizer": optimizer, "lr_scheduler": scheduler}
+
+
+def adamw(parameters: list[Tensor], hp: TrainingConfig, fused: bool) -> torch.optim.AdamW:
+    """AdamW with hp's rate and betas, weight decay on matrices (weights of linear maps and
+    embeddings) and not on biases or norm gains."""
+    decay = [p for p in parameters if p.dim() >= 2]
+    no_decay = [p for p in parameters if p.dim() < 2]
+    log.info(
+        "AdamW: %d tensors (%d parameters) with weight decay, %d (%d) without",
+        len(decay), sum(p.numel() for p in decay),
+        len(no_decay), sum(p.numel() for p in no_decay),
+    )  # fmt: skip
+    return torch.optim.AdamW(
+        [
+            {"params": decay, "weight_decay": hp.weight_decay},
+            {"params": no_decay, "weight_decay": 0.0},
+        ],
+        lr=hp.lr,
+        betas=tuple(hp.betas),
+        fused=fused,
+    )
+
+
+def is_hidden_matrix(name: str, parameter: Tensor) -> bool:
+    """Whether Muon trains this parameter: a weight matrix of an encoder or decoder layer
+    (attention projections, feed-forward), not an embedding, the output projection, a bias or
+    a norm's gain, which have no matrix geometry for Muon to orthogonalise."""
+    return parameter.dim() == 2 and ".layers." in f".{name}"
+
+
+class MuonWithAdamW(torch.optim.Optimizer):
+    """Muon and AdamW stepped as one optimizer, as Lightning's automatic optimization needs.
+
+    Its param_groups are the two optimizers' own (Muon's first), so a scheduler and gradient
+    clipping see and set every group; its state_dict holds both optimizers' states.
+    Why not two optimizers: Lightning steps two only under manual optimization, which would
+    take gradient accumulation, clipping and precision out of its hands.
+    """
+
+    def __init__(self, muon: torch.optim.Muon, adamw: torch.optim.AdamW) -> None:
+        self.muon, self.adamw = muon, adamw
+        super().__init__(
+            [p for g in muon.param_groups + adamw.param_groups for p in g["params"]], {}
+        )
+        self.param_groups = [*muon.param_groups, *adamw.param_groups]
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:  # type: ignore[override]
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        self.muon.step()
+        self.adamw.step()
+        return loss
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"muon": self.muon.state_dict(), "adamw": self.adamw.state_dict()}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        if set(state_dict) != {"muon", "adamw"}:
+            raise ValueError(
+                f"the optimizer state holds {sorted(state_dict)}, not Muon's and AdamW's: it "
+                "was saved with model.training.optimizer=adamw; resume with that setting"
+            )
+        self.muon.load_state_dict(state_dict["muon"])
+        self.adamw.load_state_dict(state_dict["adamw"])
+        self.param_groups = [*self.muon.param_groups, *self.adamw.param_groups]
 
 
 def fused_adamw_supported(params: list[Tensor]) -> bool:

@@ -250,8 +250,8 @@ def _net_defaults() -> dict[str, Any]:
 
 # Settings newer than some runs whose default is what those runs did: data.tokenizer.sample fits
 # on at most a million pairs, as every run before it did (the largest corpus trained then had
-# 200 thousand).
-OFF_VALUES = {"data.tokenizer.sample": 1_000_000}
+# 200 thousand); every run before model.training.optimizer used AdamW.
+OFF_VALUES = {"data.tokenizer.sample": 1_000_000, "model.training.optimizer": "adamw"}
 
 
 def _off_value(key: str) -> Any:
