@@ -8,6 +8,7 @@ time budget on the shipped Tatoeba corpus, then the decoding choices on one run'
     python bench/recipe.py train base --threads 1             # a machine about half as fast
     python bench/recipe.py decode bench/out/recipe/30min-base # greedy, beam, length penalty,
                                                              # averages of the last N checkpoints
+    python bench/recipe.py decode RUN --last --only "beam 5, length penalty 1.0" picked  # some
 
 Every row of `train` is `python train.py experiment=parallel_bpe <corpus> trainer.max_time=<budget>
 <row's overrides>` in its own process, one at a time (two torch processes on 2 cores slow each
@@ -87,7 +88,18 @@ ROWS: dict[str, list[str]] = {
     "qknorm-lr3e-3": ["model.net.qk_norm=true", "model.training.lr=3e-3"],  # norm, higher rate
     "ema": ["callbacks=ema", "callbacks.ema.decay=0.999"],  # an average over ~1,000 steps
     "wsd": ["model.training.schedule=wsd", "model.training.cooldown_share=0.2"],
+    # An average with a schedule that stays at its peak until the last fifth.
+    "wsd-ema": [
+        "model.training.schedule=wsd",
+        "model.training.cooldown_share=0.2",
+        "callbacks=ema",
+        "callbacks.ema.decay=0.999",
+    ],
     "muon": ["model.training.optimizer=muon"],  # Muon on the layers' matrices, AdamW's rate
+    # A deeper encoder with a shallower decoder (Kasai et al. 2021): the decoder runs once a
+    # token when validation and test decode, the encoder once a sentence.
+    "enc4-dec2": ["model.net.num_encoder_layers=4", "model.net.num_decoder_layers=2"],
+    "enc5-dec1": ["model.net.num_encoder_layers=5", "model.net.num_decoder_layers=1"],
     # The options that did not lose alone, together (RMSNorm lost 1.0 BLEU alone).
     "modern": [
         "model.net.activation=swiglu",
@@ -304,8 +316,11 @@ def search(beam: int, length_penalty: float | None = None) -> list[str]:
 PENALTIES = (0.6, 0.8, 1.0, 1.2, 1.4)  # the length penalties decode tests, and picks among
 
 
-def decode_rows(run_dir: Path, reverse: bool, last: list[int], regime: str) -> None:
-    """Test one run's checkpoints under each decoding setting, and averages of its last N."""
+def decode_rows(
+    run_dir: Path, reverse: bool, last: list[int], regime: str, only: list[str] | None = None
+) -> None:
+    """Test one run's checkpoints under each decoding setting, and averages of its last N;
+    with `only`, just the settings whose label holds one of these words."""
     from seq2seq.average import recent_checkpoints, write_average
 
     best = json.loads((run_dir / "summary.json").read_text())["best_checkpoint"]
@@ -325,6 +340,10 @@ def decode_rows(run_dir: Path, reverse: bool, last: list[int], regime: str) -> N
             write_average(recent_checkpoints(run_dir, n), averaged)
         settings.append((f"average of last {n}, beam 5, lp 1.0", str(averaged),
                          search(5, 1.0)))  # fmt: skip
+    if only:
+        settings = [row for row in settings if any(word in row[0] for word in only)]
+        if not settings:
+            raise SystemExit(f"--only {' '.join(only)}: no decoding setting's label holds it")
     table = []
     for label, ckpt, overrides in settings:
         eval_dir = run_dir / "decode" / label.replace(" ", "").replace(",", "-")
@@ -362,6 +381,8 @@ def main() -> None:
     decode = sub.add_parser("decode", help="decoding settings on one run's checkpoints")
     decode.add_argument("run_dir", type=Path)
     decode.add_argument("--last", type=int, nargs="*", default=[2, 4], help="averages to test")
+    decode.add_argument("--only", nargs="*", help="the settings whose label holds one of these "
+                        "(e.g. 'beam 5, length penalty 1.0' picked)")  # fmt: skip
     for p in (train, decode):
         p.add_argument("--reverse", action="store_true", help="French to English")
         p.add_argument("--regime", choices=("tatoeba", "joined"), default="tatoeba",
@@ -381,7 +402,7 @@ def main() -> None:
         train_rows(args.rows, args.budget, args.reverse, args.common, args.regime, args.every,
                    args.threads)  # fmt: skip
     else:
-        decode_rows(args.run_dir, args.reverse, args.last, args.regime)
+        decode_rows(args.run_dir, args.reverse, args.last, args.regime, args.only)
 
 
 if __name__ == "__main__":
