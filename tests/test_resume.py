@@ -93,6 +93,16 @@ def wait_for_checkpoint(process: subprocess.Popen, run_dir: Path, step: int) -> 
     pytest.fail(f"the run ended or hung before its step-{step} checkpoint: {process.stderr.read()}")
 
 
+def stopped_by_sigterm(run_dir: Path, data_dir: Path, *extra: str) -> None:
+    """RUN (with extra overrides) started, stopped by SIGTERM once under way (step 5 saved),
+    and exited as the tools exit on it (143)."""
+    process = start(run_dir, data_dir, *extra, stdout=subprocess.PIPE)
+    wait_for_checkpoint(process, run_dir, 5)
+    process.send_signal(signal.SIGTERM)
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == 143, (out + err)[-3000:]
+
+
 def logged_losses(metrics_csv: Path) -> dict[int, float]:
     """train/loss_step by step, as one start of a run logged it; a step logged twice fails."""
     losses: dict[int, float] = {}
@@ -212,11 +222,7 @@ def test_a_run_with_a_moving_average_of_its_weights_resumes_exactly(
     ema = ["callbacks=ema", "callbacks.ema.decay=0.99"]  # a memory longer than the run's 48 steps
     whole = uninterrupted_run(tmp_path_factory, data_dir, *ema)
     run_dir = tmp_path / "run"
-    process = start(run_dir, data_dir, *ema, stdout=subprocess.PIPE)
-    wait_for_checkpoint(process, run_dir, 5)
-    process.send_signal(signal.SIGTERM)
-    out, err = process.communicate(timeout=120)
-    assert process.returncode == 143, (out + err)[-3000:]
+    stopped_by_sigterm(run_dir, data_dir, *ema)
     step = saved_step(run_dir / "checkpoints" / "last.ckpt")
     resume_in_process(run_dir, data_dir, *ema)
     assert_resumed_exactly(run_dir, step, whole)
@@ -240,11 +246,7 @@ def test_a_run_with_muon_resumes_exactly(
     muon = ["model.training.optimizer=muon"]
     whole = uninterrupted_run(tmp_path_factory, data_dir, *muon)
     run_dir = tmp_path / "run"
-    process = start(run_dir, data_dir, *muon, stdout=subprocess.PIPE)
-    wait_for_checkpoint(process, run_dir, 5)
-    process.send_signal(signal.SIGTERM)
-    out, err = process.communicate(timeout=120)
-    assert process.returncode == 143, (out + err)[-3000:]
+    stopped_by_sigterm(run_dir, data_dir, *muon)
     saved = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)
     assert set(saved["optimizer_states"][0]) == {"muon", "adamw"}
     resume_in_process(run_dir, data_dir, *muon)
