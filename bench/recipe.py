@@ -86,6 +86,7 @@ ROWS: dict[str, list[str]] = {
     **MODEL_OPTIONS,  # the model options of the 2020s, each alone (docs/results.md)
     # The speed records' methods (issue 49), each off in the recipe until it wins here.
     "qknorm-lr3e-3": ["model.net.qk_norm=true", "model.training.lr=3e-3"],  # norm, higher rate
+    "bpe-dropout0.1": ["data.bpe_dropout=0.1"],  # the paper's rate; tokens 8% more on Tatoeba
     "ema": ["callbacks=ema", "callbacks.ema.decay=0.999"],  # an average over ~1,000 steps
     "wsd": ["model.training.schedule=wsd", "model.training.cooldown_share=0.2"],
     # An average with a schedule that stays at its peak until the last fifth.

@@ -103,6 +103,46 @@ def stopped_by_sigterm(run_dir: Path, data_dir: Path, *extra: str) -> None:
     assert process.returncode == 143, (out + err)[-3000:]
 
 
+def stopped_in_process_resumes_exactly(
+    tmp_path: Path, data_dir: Path, overrides: list[str], monkeypatch, stop_at: int, total: int
+) -> None:
+    """A run of `total` steps with these overrides, to its end; again, stopped by SIGTERM after
+    step `stop_at` (in this process) and resumed with resume=RUN: every later step's loss and the
+    final weights equal the uninterrupted run's."""
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+    from seq2seq.training.callbacks import InterruptCheckpoint
+
+    whole = train(compose_train(tmp_path / "whole", data_dir, overrides))
+    losses = logged_losses(Path(whole["run_dir"]) / "csv" / "version_0" / "metrics.csv")
+    assert sorted(losses) == list(range(total))
+
+    def signal_arrives(self, trainer, *args) -> None:
+        if trainer.global_step == stop_at:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(InterruptCheckpoint, "on_train_batch_end", signal_arrives, raising=False)
+    cfg = compose_train(tmp_path / "stopped", data_dir, overrides)
+    with pytest.raises(SIGTERMException):
+        train(cfg)
+    monkeypatch.undo()
+    run_dir = Path(cfg.paths.output_dir)
+    step = saved_step(run_dir / "checkpoints" / "last.ckpt")
+    assert stop_at <= step < total
+    cfg = compose_train(tmp_path / "stopped", data_dir, [*overrides, f"resume={run_dir}"])
+    cfg.paths.output_dir = str(run_dir)
+    resumed = train(cfg)
+    after = logged_losses(run_dir / "csv" / "version_1" / "metrics.csv")
+    assert sorted(after) == list(range(step, total))
+    for at, loss in after.items():
+        assert loss == pytest.approx(losses[at], abs=1e-5), at
+    ends = [
+        torch.load(s["last_checkpoint"], weights_only=True)["state_dict"] for s in (whole, resumed)
+    ]
+    for name, value in ends[0].items():
+        torch.testing.assert_close(ends[1][name], value, rtol=1e-5, atol=1e-6)
+
+
 def logged_losses(metrics_csv: Path) -> dict[int, float]:
     """train/loss_step by step, as one start of a run logged it; a step logged twice fails."""
     losses: dict[int, float] = {}

@@ -17,7 +17,6 @@ from helpers import compose_train
 from seq2seq.data.corpora import aligned_pairs, table_pairs
 from seq2seq.data.corpora.blocks import LineBlocks
 from seq2seq.data.stream import StreamBatches
-from train import train
 
 ROWS = 600  # three blocks of 256 lines: 256, 256, 88
 
@@ -232,47 +231,12 @@ def test_a_streamed_run_stopped_by_sigterm_resumes_exactly(
     """A real run of 48 steps over an epoch of about 19 batches (three pools of two 32-pair
     batches' worth of blocks), stopped by SIGTERM at step 21 in its second epoch and resumed with
     resume=RUN: every later step's loss and the final weights equal an uninterrupted run's."""
-    import os
-    import signal
-
-    import torch
-    from lightning.pytorch.utilities.exceptions import SIGTERMException
-    from test_resume import logged_losses, saved_step
-
-    from seq2seq.training.callbacks import InterruptCheckpoint
+    from test_resume import stopped_in_process_resumes_exactly
 
     train_file = write_tsv(tmp_path / "train.tsv", range(ROWS))
     held_out = write_tsv(tmp_path / "held.tsv", range(ROWS, ROWS + 40))
     overrides = streaming(train_file, held_out)
-    whole = train(compose_train(tmp_path / "whole", data_dir, overrides))
-    whole_dir = Path(whole["run_dir"])
-    losses = logged_losses(whole_dir / "csv" / "version_0" / "metrics.csv")
-    assert sorted(losses) == list(range(48))
-
-    def signal_arrives(self, trainer, *args) -> None:
-        if trainer.global_step == 21:
-            os.kill(os.getpid(), signal.SIGTERM)
-
-    monkeypatch.setattr(InterruptCheckpoint, "on_train_batch_end", signal_arrives, raising=False)
-    cfg = compose_train(tmp_path / "stopped", data_dir, overrides)
-    with pytest.raises(SIGTERMException):
-        train(cfg)
-    monkeypatch.undo()
-    run_dir = Path(cfg.paths.output_dir)
-    step = saved_step(run_dir / "checkpoints" / "last.ckpt")
-    assert 21 <= step < 48
-    cfg = compose_train(tmp_path / "stopped", data_dir, [*overrides, f"resume={run_dir}"])
-    cfg.paths.output_dir = str(run_dir)
-    resumed = train(cfg)
-    after = logged_losses(run_dir / "csv" / "version_1" / "metrics.csv")
-    assert sorted(after) == list(range(step, 48))
-    for at, loss in after.items():
-        assert loss == pytest.approx(losses[at], abs=1e-5), at
-    ends = [
-        torch.load(s["last_checkpoint"], weights_only=True)["state_dict"] for s in (whole, resumed)
-    ]
-    for name, value in ends[0].items():
-        torch.testing.assert_close(ends[1][name], value, rtol=1e-5, atol=1e-6)
+    stopped_in_process_resumes_exactly(tmp_path, data_dir, overrides, monkeypatch, 21, 48)
 
 
 @pytest.mark.parametrize(

@@ -207,6 +207,8 @@ class Seq2SeqDataModule(L.LightningDataModule):
             "rank": trainer.global_rank if trainer else 0,
         }
         pad = partial(collate, pad_id=v.pad_id, bos_id=v.bos_id, eos_id=v.eos_id)
+        if split == "train" and shuffle:
+            pad = self._training_collate(pad)
         if split == "train" and self.train_blocks is not None:
             return self._stream_loader(pad, shard)
         dataset = self.splits[split]
@@ -223,6 +225,10 @@ class Seq2SeqDataModule(L.LightningDataModule):
             sampler = (EpochShuffle if shuffle else InOrder)(len(dataset), **shard)
             batching = {"batch_size": self.batch_size, "sampler": sampler}
         return self._stateful_loader(dataset, pad, **batching)
+
+    def _training_collate(self, pad: Any) -> Any:
+        """The training batches' collate: pad itself, unless a subclass regularises them."""
+        return pad
 
     def _stream_loader(self, pad: Any, shard: dict[str, int]) -> StatefulDataLoader:
         """The streamed training batches (seq2seq/data/stream.py): the stream batches itself,

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow.compute as pc
+import torch
 from datasets import DatasetDict
 
 from seq2seq import checks
@@ -136,6 +137,9 @@ class TranslationDataModule(Seq2SeqDataModule):
             with several translations of one sentence otherwise tests on seen sources);
             "pair": pairs drawn one by one.
         dedupe: drop pairs that occur twice in a split (same source and target), counted.
+        bpe_dropout: the probability each token of a training pair is split into the two
+            tokens its merge joined, and each part again (BPE-dropout, subword_dropout.py);
+            0 (the default): never. BPE tokenizers only.
         batch_size, num_workers, data_dir, pin_memory, bucket, max_tokens, pool_batches: as
             in Seq2SeqDataModule.
     """
@@ -157,6 +161,7 @@ class TranslationDataModule(Seq2SeqDataModule):
         bucket: bool = True,
         max_tokens: int | None = None,
         pool_batches: int = 50,
+        bpe_dropout: float = 0.0,
     ) -> None:
         super().__init__(
             batch_size, num_workers, data_dir, pin_memory, bucket, max_tokens, pool_batches
@@ -172,6 +177,17 @@ class TranslationDataModule(Seq2SeqDataModule):
                 checks.integer(f"data.{name}", size, minimum=1)
         self.corpus = corpus
         self.tokenizer_config = _tokenizer_config(tokenizer, corpus)
+        self.bpe_dropout = checks.number("data.bpe_dropout", bpe_dropout, 0.0, 1.0)
+        if self.bpe_dropout and (self.tokenizer_config or {}).get("kind") != "bpe":
+            tokens = (
+                f"{type(corpus).__name__} brings its own tokenizers"
+                if self.tokenizer_config is None
+                else f"the tokenizer is {self.tokenizer_config['kind']!r}"
+            )
+            raise ValueError(
+                f"data.bpe_dropout={bpe_dropout} needs BPE tokens (merges to undo), but {tokens}: "
+                "set data.tokenizer.kind=bpe or data.bpe_dropout=0"
+            )
         self.max_length = max_length
         self.val_size, self.test_size, self.seed = val_size, test_size, seed
         self.split_by = checks.choice("data.split_by", split_by, SPLIT_BY)
@@ -194,6 +210,17 @@ class TranslationDataModule(Seq2SeqDataModule):
         train = self.train_blocks if self.streaming else text["train"]
         self.src_vocab, self.tgt_vocab = self._fit(train)
         return text
+
+    def _training_collate(self, pad: Any) -> Any:
+        if not self.bpe_dropout:
+            return pad
+        from seq2seq.data.subword_dropout import SubwordDropout
+
+        # The run's seed, as the samplers take it (seed_everything set it).
+        return SubwordDropout(
+            pad, self.src_vocab, self.tgt_vocab, self.bpe_dropout, torch.initial_seed(),
+            self.max_length,
+        )  # fmt: skip
 
     def _tokenized(self) -> DatasetDict:
         splits = super()._tokenized()
