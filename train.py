@@ -168,7 +168,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         "signatures": signatures(module.settings.bleu_tokenize),
     }
     if trainer.is_global_zero:
-        report(summary, datamodule)
+        report(summary, datamodule, module.config)
     return summary
 
 

@@ -17,7 +17,8 @@ nearest type this machine supports: on a CPU without float16, float16 weights ar
 computed in float32), with the checkpoint's decoding (beam 5 for experiment=parallel_bpe):
 the weights' size, BLEU, chrF, seconds (load included), and how many outputs equal ours. The
 real-text model is the 30-minute run of bench/recipe.py (docs/results.md, "The recipe, measured");
-without it those rows are left out.
+without it those rows are left out. A model CTranslate2 cannot express (`model.net.qk_norm=true`)
+is refused in one line before anything is measured.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from seq2seq.checkpoint import load_module  # noqa: E402
 from seq2seq.core.decoding import beam_search, greedy_decode  # noqa: E402
 from seq2seq.export import (  # noqa: E402
     QUANTIZATIONS,
+    check_exportable,
     import_ctranslate2,
     token_strings,
     write_export,
@@ -186,6 +188,11 @@ def main() -> None:
     real = args.real.is_file()
     if not real:
         print(f"# no real-text model at {args.real}: its rows are left out (see --real)\n")
+    else:  # QK-norm does not export: say so before any table is measured
+        try:
+            check_exportable(load_module(args.real).config)
+        except ValueError as refused:
+            parser.error(f"--real {args.real}: {refused}")
 
     with tempfile.TemporaryDirectory() as tmp, torch.inference_mode():
         work = Path(tmp)

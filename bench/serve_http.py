@@ -99,6 +99,14 @@ def main() -> None:
         help="rounds of every server, on and off in turn: medians, and each round's ratio",
     )  # fmt: skip
     args = parser.parse_args()
+    if "ctranslate2" in args.backends:  # before any server starts: QK-norm does not export
+        from seq2seq.checkpoint import load_module
+        from seq2seq.export import check_exportable
+
+        try:
+            check_exportable(load_module(args.ckpt).config)
+        except ValueError as refused:
+            parser.error(f"{args.ckpt}: {refused}; or measure it with --backends torch")
     texts = sentences(args.requests + 8)
     warm, texts = texts[:8], texts[8:]
     print(f"# {environment()}; {len(texts)} Tatoeba sentences, one a request; "

@@ -167,6 +167,34 @@ def test_run_writes_checkpoints_metrics_and_summary(trained: tuple[dict, DictCon
     assert any(r.get("lr-AdamW/pg1") for r in rows)
 
 
+@pytest.mark.parametrize("qk_norm", [False, True])
+def test_a_run_ends_with_the_commands_that_work_for_its_model(
+    qk_norm: bool, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The commands a run prints are ones that run: a model CTranslate2 cannot express (QK-norm)
+    gets the reason in place of an export command that would only fail."""
+    from types import SimpleNamespace
+
+    from seq2seq.core.model import ModelConfig
+    from seq2seq.training.report import report
+
+    vocab = SimpleNamespace(decode=lambda ids: "a b")
+    datamodule = SimpleNamespace(src_vocab=vocab, splits={"test": [{"src_ids": [4, 5]}]})
+    ckpt = str(tmp_path / "best.ckpt")
+    summary = {"run_dir": str(tmp_path), "best_checkpoint": ckpt, "last_checkpoint": None,
+               "test": {}, "signatures": {}}  # fmt: skip
+    config = ModelConfig(src_vocab_size=8, tgt_vocab_size=8, qk_norm=qk_norm)
+    with caplog.at_level("INFO"):
+        report(summary, datamodule, config)
+    assert f"python -m seq2seq.serve {ckpt}" in caplog.text
+    exported = f"python -m seq2seq.export {ckpt} --out {tmp_path / 'ct2'}"
+    if qk_norm:
+        assert exported not in caplog.text
+        assert "No export:       cannot export model.net.qk_norm=True: CTranslate2" in caplog.text
+    else:
+        assert exported in caplog.text and "No export" not in caplog.text
+
+
 def test_checkpoint_alone_reproduces_the_test_exact_match(
     trained: tuple[dict, DictConfig],
 ) -> None:

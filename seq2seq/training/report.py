@@ -17,8 +17,11 @@ log = logging.getLogger("train")
 __all__ = ["report"]
 
 
-def report(summary: dict[str, Any], datamodule: Any) -> None:
-    """Write summary.json and print where things are and how to use them."""
+def report(summary: dict[str, Any], datamodule: Any, model_config: Any) -> None:
+    """Write summary.json and print where things are and how to use them (model_config: the
+    network's ModelConfig, which decides whether CTranslate2 can run it)."""
+    from seq2seq.export import check_exportable  # imports no CTranslate2
+
     run_dir = Path(summary["run_dir"])
     run_dir.mkdir(parents=True, exist_ok=True)
     files = RunDir(run_dir)
@@ -33,7 +36,13 @@ def report(summary: dict[str, Any], datamodule: Any) -> None:
         example = datamodule.src_vocab.decode(datamodule.splits["test"][0]["src_ids"])
         log.info('Translate with:  python -m seq2seq.translate --ckpt %s "%s"', ckpt, example)
         log.info("Inspect with:    python -m seq2seq.inspect %s", ckpt)
-        log.info("Export with:     python -m seq2seq.export %s --out %s", ckpt, run_dir / "ct2")
+        log.info("Serve with:      python -m seq2seq.serve %s", ckpt)
+        try:
+            check_exportable(model_config)
+        except ValueError as refused:  # the command would only fail: say why instead
+            log.info("No export:       %s", refused)
+        else:
+            log.info("Export with:     python -m seq2seq.export %s --out %s", ckpt, run_dir / "ct2")
     if files.metrics_files():
         from seq2seq.curves import write_curves
 
