@@ -9,11 +9,12 @@ and the <unk> warnings are the PyTorch path's own.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from seq2seq import checks
-from seq2seq.core.decoding import DecodingConfig, Search
+from seq2seq.core.decoding import DecodingConfig, Search, SearchStopped
 from seq2seq.data.tokenizer import load_tokenizer
 from seq2seq.export import EXPORT_FILE, EXPORT_FORMAT, import_ctranslate2, token_strings
 
@@ -71,16 +72,24 @@ class ExportedModel:
         ctranslate2.set_random_seed(seed)
 
     def generate(
-        self, rows: list[list[int]], max_len: int | list[int], search: Search
+        self,
+        rows: list[list[int]],
+        max_len: int | list[int],
+        search: Search,
+        stop: Callable[[], bool] | None = None,
     ) -> list[list[tuple]]:
         """Per source row of token ids, a list of (score, token ids) pairs, best first: the
         search translate asks for, as CTranslate2's options. max_len: one for every row, or one
-        a row (CTranslate2 takes one a call: the rows are searched in a call a limit)."""
+        a row (CTranslate2 takes one a call: the rows are searched in a call a limit). stop is
+        asked before each call (CTranslate2 cannot be stopped within one): True raises
+        SearchStopped."""
+        if stop is not None and stop():
+            raise SearchStopped("the search was stopped before CTranslate2's call")
         if isinstance(max_len, list):
             out: list[list[tuple]] = [[] for _ in rows]
             for limit in sorted(set(max_len)):
                 indices = [i for i, own in enumerate(max_len) if own == limit]
-                found = self.generate([rows[i] for i in indices], limit, search)
+                found = self.generate([rows[i] for i in indices], limit, search, stop)
                 for i, hyps in zip(indices, found, strict=True):
                     out[i] = hyps
             return out

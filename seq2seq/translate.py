@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -34,6 +34,9 @@ from seq2seq.core.decoding import (
     sample_decode,
 )
 from seq2seq.data.tokenizer import clean, text_lines
+
+MIN_TEMPERATURE = 1e-4  # sampling's: a logit of 50 over 1e-37 is past float32's largest
+MAX_SEED = 2**32 - 1  # CTranslate2's set_random_seed takes an unsigned 32-bit integer
 
 
 @dataclass
@@ -106,12 +109,17 @@ def option_error(args: argparse.Namespace) -> str | None:
         return f"--length-penalty must be a finite number, got {args.length_penalty}"
     if not (math.isfinite(args.temperature) and args.temperature > 0):
         return f"--temperature must be a positive number, got {args.temperature}"
+    if args.temperature < MIN_TEMPERATURE:  # the logits over it would overflow float32
+        return (
+            f"--temperature must be at least {MIN_TEMPERATURE:g}, got {args.temperature:g}: "
+            "for the most likely tokens, drop --sample (greedy search)"
+        )
     if args.top_k < 0:
         return f"--top-k must be 0 (all tokens) or more, got {args.top_k}"
     if not 0 < args.top_p <= 1:
         return f"--top-p must be in (0, 1], got {args.top_p}"
-    if args.seed < 0:
-        return f"--seed must be 0 or more, got {args.seed}"
+    if not 0 <= args.seed <= MAX_SEED:
+        return f"--seed must be in 0-{MAX_SEED} (both backends take 32 bits), got {args.seed}"
     if args.compute_type is not None and args.ckpt:
         return "--compute-type is for a CTranslate2 --model; drop it with --ckpt"
     return None
@@ -185,22 +193,30 @@ class CheckpointModel:
         self.decoding = self.module.decoding
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
 
-    def generate(self, rows: list[list[int]], max_len: int | list[int], search: Search) -> list:
+    def generate(
+        self,
+        rows: list[list[int]],
+        max_len: int | list[int],
+        search: Search,
+        stop: Callable[[], bool] | None = None,
+    ) -> list:
         """Per source row of token ids, a list of (score, token ids) pairs, best first; at
-        most max_len tokens (one for every row, or one a row)."""
+        most max_len tokens (one for every row, or one a row). stop is asked before every step:
+        True raises SearchStopped."""
         model, src = self.module.model, pad(rows, self.src_vocab.pad_id, self.device)
         if isinstance(max_len, list):
             max_len = torch.tensor(max_len, device=self.device)
         if search.sampling is not None:
             s = search.sampling
             out = sample_decode(
-                model, src, max_len, s.temperature, s.top_k, s.top_p, self.generator
+                model, src, max_len, s.temperature, s.top_k, s.top_p, self.generator, stop
             )
             return [[(float("nan"), row)] for row in out.tolist()]
         beam, penalty = search.decoding.beam_size, search.decoding.length_penalty
         if beam == 1:
-            return [[(float("nan"), row)] for row in greedy_decode(model, src, max_len).tolist()]
-        tokens, scores = beam_search(model, src, max_len, beam, penalty, search.n_best)
+            found = greedy_decode(model, src, max_len, stop=stop)
+            return [[(float("nan"), row)] for row in found.tolist()]
+        tokens, scores = beam_search(model, src, max_len, beam, penalty, search.n_best, stop)
         return [
             list(zip(s, t, strict=True))
             for s, t in zip(scores.tolist(), tokens.tolist(), strict=True)

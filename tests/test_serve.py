@@ -42,7 +42,7 @@ httpx = need("httpx")
 from fastapi.testclient import TestClient  # noqa: E402
 
 from seq2seq.serve.app import Limits, create_app  # noqa: E402
-from seq2seq.serve.engine import Engine  # noqa: E402
+from seq2seq.serve.engine import Engine, Settings  # noqa: E402
 from seq2seq.translate import parse_args, translate  # noqa: E402
 
 SENTENCES = [" ".join(random.Random(i).choices("0123456789", k=1 + i % 9)) for i in range(40)]
@@ -157,7 +157,14 @@ BAD = [
     ({"src": "1", "temperature": 0}, 422, "temperature must be a positive number, got 0"),
     ({"src": "1", "top_p": 1.5}, 422, "top_p must be in (0, 1], got 1.5"),
     ({"src": "1", "top_k": -1}, 422, "top_k must be 0 (all tokens) or more, got -1"),
-    ({"src": "1", "seed": -1}, 422, "seed must be 0 or more, got -1"),
+    ({"src": "1", "seed": -1}, 422, "seed must be in 0-4294967295 (both backends take 32"),
+    ({"src": "1", "seed": 2**32}, 422, "seed must be in 0-4294967295"),
+    ({"src": "1", "sample": True, "temperature": 1e-40}, 422, "temperature must be at least"),
+    ({"src": "1", "beam": 65}, 413, "beam 65 is more than this server's --max-beam 64"),
+    ({"src": "1", "n_best": 65}, 413, "n_best 65 is more than this server's --max-beam 64"),
+    ('{"src": ["1", "\\ud800"]}', 422, "src[1] is not valid text: character 0 is a lone"),
+    ('{"src": "1 \\udfff 2"}', 422, "src[0] is not valid text: character 2 is a lone"),
+    (b'{"src": "1 \xff 2"}', 422, "the body is not UTF-8: byte 0xff at position 11 in src is"),
     ({"src": "1", "max_len": 0}, 422, "max_len must be at least 1, got 0"),
     ({"src": ["1"] * 11}, 413, "src has 11 sentences, more than this server's --max-sentences 10"),
     ({"src": ["1 " * 60, "2 " * 60]}, 413, "src has 240 characters, more than this server's"),
@@ -169,7 +176,7 @@ BAD = [
 def test_bad_requests_get_one_line_naming_the_field_and_the_server_goes_on(
     client, body, status: int, message: str
 ) -> None:
-    content = body if isinstance(body, str) else json.dumps(body)
+    content = body if isinstance(body, (str, bytes)) else json.dumps(body)
     response = client.post(
         "/translate", content=content, headers={"Content-Type": "application/json"}
     )
@@ -232,14 +239,14 @@ class SlowEngine:
     def __getattr__(self, name: str):
         return getattr(self.engine, name)
 
-    def generate(self, sentences, search, seed=None):
+    def generate(self, sentences, search, seed=None, stop=None):
         self.searching.set()
         time.sleep(self.delay)
         if self.fail:
             self.fail = False
             raise RuntimeError("the search broke")
         self.decoded.extend(s.ids for s in sentences)
-        return self.engine.generate(sentences, search, seed)
+        return self.engine.generate(sentences, search, seed, stop)
 
 
 def test_past_the_deadline_504_a_full_queue_503_a_failed_search_500(engine) -> None:
@@ -257,6 +264,86 @@ def test_past_the_deadline_504_a_full_queue_503_a_failed_search_500(engine) -> N
         assert slow_client.post("/translate", json={"src": "1 2"}).status_code == 200
 
 
+def test_the_queue_limit_counts_the_sentences_already_waiting(engine) -> None:
+    """--max-queue 3: with 2 sentences waiting behind a search, a request of 2 more is refused,
+    though 2 alone are within the limit."""
+    slow = SlowEngine(engine, delay=1.0)
+    with TestClient(create_app(slow, Limits(max_queue=3, wait_ms=0))) as slow_client:
+        with ThreadPoolExecutor(2) as pool:
+            first = pool.submit(slow_client.post, "/translate", json={"src": "1"})
+            assert slow.searching.wait(timeout=30)  # the worker is in the first search
+            waiting = pool.submit(slow_client.post, "/translate", json={"src": ["2", "3"]})
+            deadline = time.monotonic() + 30
+            while slow_client.get("/health").json()["waiting"] < 2:
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+            error = one_line_error(slow_client.post("/translate", json={"src": ["4", "5"]}), 503)
+            assert "(2 sentences wait, --max-queue 3)" in error
+            assert first.result().status_code == waiting.result().status_code == 200
+        assert slow_client.post("/translate", json={"src": ["4", "5"]}).status_code == 200
+
+
+def test_a_search_past_its_deadline_stops_between_its_steps(engine, monkeypatch) -> None:
+    """Each decoder step held back 50 ms, and EOS never chosen: a 60-token output would take
+    3 s; the request is answered 504 at its 0.4 s deadline and its search stops at the next
+    step, not 2.6 s later."""
+    model = engine.model.module.model
+    steps: list[float] = []
+    real_decode = model.decode
+
+    def slow_decode(*args, **kwargs):
+        steps.append(time.monotonic())
+        time.sleep(0.05)
+        logits = real_decode(*args, **kwargs).clone()
+        logits[..., model.config.eos_id] = float("-inf")
+        return logits
+
+    monkeypatch.setattr(model, "decode", slow_decode)
+    with TestClient(create_app(engine, Limits(timeout_s=0.4))) as slow_client:
+        started = time.monotonic()
+        asked = {"src": "7 7", "max_len": 60}
+        error = one_line_error(slow_client.post("/translate", json=asked), 504)
+        assert "--timeout of 0.4 s" in error
+        deadline = time.monotonic() + 10
+        while slow_client.get("/health").json()["stopped"] < 1:
+            assert time.monotonic() < deadline, "the search went on past its deadline"
+            time.sleep(0.02)
+    assert len(steps) < 30 and steps[-1] - started < 1.5, (len(steps), steps[-1] - started)
+
+
+def test_a_search_past_the_memory_limit_is_refused_with_its_figure_before_it_starts(
+    engine,
+) -> None:
+    limits = Limits(max_search_mb=0.5)
+    with TestClient(create_app(engine, limits)) as small:
+        wide = {"src": SENTENCES[:10], "beam": 64}
+        error = one_line_error(small.post("/translate", json=wide), 413)
+        assert error.startswith("this search would hold about ") and "beam 64, 10 sentence" in error
+        assert "--max-search-mb 0.5" in error
+        assert small.get("/health").json()["searches"] == 0  # no work started
+        assert small.post("/translate", json={"src": SENTENCES[0]}).status_code == 200
+    # The estimate grows with what a request asks: sentences x beam (the cache's rows).
+    search = engine.search(Settings(beam=4))
+    one = engine.encode(SENTENCES[8:9], Settings(beam=4), search)
+    assert engine.search_bytes(one * 8, search) > 7 * engine.search_bytes(one, search)
+    wider = engine.search(Settings(beam=16))
+    assert engine.search_bytes(one, wider) > 3 * engine.search_bytes(one, search)
+
+
+def test_concurrent_sampling_requests_are_drawn_each_from_its_own_seed(client) -> None:
+    """Sampling requests that arrive together are never searched together: each answer is the
+    one the request gets alone (a joint draw would give others)."""
+    requests = [
+        {"src": SENTENCES[10:14], "sample": True, "temperature": 3.0, "seed": seed}
+        for seed in range(8)
+    ]
+    alone = [client.post("/translate", json=r).json()["tgt"] for r in requests]
+    assert len({json.dumps(a) for a in alone}) > 1  # the seeds draw differently
+    with ThreadPoolExecutor(8) as pool:
+        together = list(pool.map(lambda r: client.post("/translate", json=r), requests))
+    assert [answer.json()["tgt"] for answer in together] == alone
+
+
 def test_a_token_guards_every_endpoint_but_health_and_the_page(engine) -> None:
     with TestClient(create_app(engine, token="s3cret")) as guarded:
         for method, path in (("get", "/info"), ("post", "/translate"), ("post", "/attention")):
@@ -269,7 +356,10 @@ def test_a_token_guards_every_endpoint_but_health_and_the_page(engine) -> None:
             assert "needs its token" in one_line_error(response, 401)
             assert response.headers["www-authenticate"] == "Bearer"
             assert call({"Authorization": "Bearer no"}).status_code == 401
+            for other in ("Basic s3cret", "s3cret", "Token s3cret", "Bearers3cret"):
+                assert call({"Authorization": other}).status_code == 401, other
             assert call({"Authorization": "Bearer s3cret"}).status_code == 200
+            assert call({"Authorization": "bearer s3cret"}).status_code == 200  # RFC 7235
         assert guarded.get("/health").status_code == 200 and guarded.get("/").status_code == 200
 
 
@@ -294,13 +384,13 @@ def test_the_export_serves_what_translate_model_prints(ckpt, tmp_path: Path) -> 
 @pytest.fixture(scope="module")
 def servers(ckpt: str):
     """A: open, batching over 50 ms; B: a token and a 0.3 s deadline; C: for the SIGTERM
-    drain. B and C may wait 1 s for company: once a search has held 5 sentences, a lone one
+    drain. B may wait 1 s for company, C 3 s: once a search has held 5 sentences, a lone one
     waits that long for as many again (so B's passes its deadline, and C's is in flight when
-    the signal comes). Started together."""
+    the signal comes, for longer than a drain cut short would wait). Started together."""
     made = {
         "A": ServeProcess(ckpt, "--wait-ms", "50", "--max-sentences", "40"),
         "B": ServeProcess(ckpt, "--token", "s3cret", "--timeout", "0.3", "--wait-ms", "1000"),
-        "C": ServeProcess(ckpt, "--wait-ms", "1000"),
+        "C": ServeProcess(ckpt, "--wait-ms", "3000"),
     }
     try:
         yield {name: server.ready() for name, server in made.items()}
@@ -309,10 +399,31 @@ def servers(ckpt: str):
             server.stop()
 
 
-def test_a_real_server_answers_as_translate_whatever_else_is_in_the_batch(servers, ckpt) -> None:
+def decoded_alone(module, text: str, beam: int) -> str:
+    """The sentence decoded alone by the core search, with none of translate's helpers: the
+    model's own length rule written out, greedy_decode or beam_search on a batch of one."""
+    import torch
+
+    from seq2seq.core.decoding import beam_search, greedy_decode
+
+    ids, rule = module.src_vocab.encode(text), module.decoding
+    limit = int(rule.max_len_a * len(ids) + rule.max_len_b)
+    limit = max(1, min(limit, module.config.max_positions))
+    src = torch.tensor([ids])
+    with torch.inference_mode():
+        if beam == 1:
+            out = greedy_decode(module.model, src, limit)[0]
+        else:
+            out = beam_search(module.model, src, limit, beam, rule.length_penalty)[0][0, 0]
+    return module.tgt_vocab.decode(out.tolist())
+
+
+def test_a_real_server_answers_as_translate_whatever_else_is_in_the_batch(
+    servers, ckpt, engine
+) -> None:
     """32 requests at once, greedy and beam mixed, one sentence each: every answer equals
-    that sentence's answer alone and translate's output, and the server searched them in
-    fewer searches than requests (batching across requests)."""
+    that sentence's answer alone, translate's output and the core search's for it alone, and
+    the server searched them in fewer searches than requests (batching across requests)."""
     url = servers["A"].url
     requests = [{"src": SENTENCES[i], **({"beam": 3} if i % 2 else {})} for i in range(32)]
     alone = [httpx.post(f"{url}/translate", json=r, timeout=30).json()["tgt"] for r in requests]
@@ -328,6 +439,8 @@ def test_a_real_server_answers_as_translate_whatever_else_is_in_the_batch(server
     greedy = translated(["--ckpt", ckpt], SENTENCES[0:32:2])
     beam = translated(["--ckpt", ckpt], SENTENCES[1:32:2], "--beam", "3")
     assert alone[0::2] == greedy and alone[1::2] == beam
+    module = engine.model.module
+    assert alone == [decoded_alone(module, r["src"], r.get("beam", 1)) for r in requests]
     searches, sentences = (after[k] - before[k] for k in ("searches", "sentences"))
     assert sentences == 32 and searches < 32, (searches, sentences)
     listed = httpx.post(f"{url}/translate", json={"src": SENTENCES[:40]}, timeout=30).json()
@@ -349,8 +462,8 @@ def test_a_real_server_with_a_token_and_a_deadline(servers) -> None:
 
 def test_sigterm_lets_the_requests_in_flight_finish_then_exits_0(servers, ckpt) -> None:
     server = servers["C"]
-    # A round of 5 sentences: the worker then waits (up to its 1 s) for as many again, so the
-    # next request is still in flight when SIGTERM comes.
+    # A round of 5 sentences: the worker then waits (up to its 3 s) for as many again, so the
+    # next request is still in flight when SIGTERM comes, and for 2.6 s after it.
     httpx.post(f"{server.url}/translate", json={"src": SENTENCES[:5]}, timeout=60)
     answers: list = []
 
@@ -366,7 +479,7 @@ def test_sigterm_lets_the_requests_in_flight_finish_then_exits_0(servers, ckpt) 
     sending.join(timeout=60)
     assert server.process.wait(timeout=60) == 0
     ((answer, answered),) = answers
-    assert answered > signalled  # it was in flight when the signal came
+    assert answered > signalled + 2  # in flight when the signal came, and answered 2 s after
     assert answer.status_code == 200
     assert answer.json()["tgt"] == translated(["--ckpt", ckpt], SENTENCES[5:6])[0]
     assert "stopped by SIGTERM; the requests in flight were answered" in "".join(server.output)

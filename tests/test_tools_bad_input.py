@@ -49,7 +49,9 @@ OPTION_ROWS = [
     (["--sample", "--top-k", "-1"], "--top-k must be 0 (all tokens) or more, got -1"),
     (["--sample", "--top-p", "1.5"], "--top-p must be in (0, 1], got 1.5"),
     (["--sample", "--top-p", "0"], "--top-p must be in (0, 1], got 0.0"),
-    (["--sample", "--seed", "-1"], "--seed must be 0 or more, got -1"),
+    (["--sample", "--seed", "-1"], "--seed must be in 0-4294967295 (both backends take 32 bits)"),
+    (["--sample", "--seed", str(2**32)], "--seed must be in 0-4294967295"),
+    (["--sample", "--temperature", "1e-9"], "--temperature must be at least 0.0001, got 1e-09"),
     (["--sample", "--beam", "4"], "--sample draws one output per input"),
 ]
 

@@ -29,6 +29,7 @@ __all__ = [
     "DecodingConfig",
     "Sampling",
     "Search",
+    "SearchStopped",
     "beam_search",
     "generate",
     "greedy_decode",
@@ -157,6 +158,16 @@ def _next_token_logits(
     return logits.index_fill(-1, never, float("-inf"))
 
 
+class SearchStopped(Exception):
+    """Raised between two steps of a search whose `stop` callable said so (a server's request
+    past its deadline, or whose client went away): the search's work ends there."""
+
+
+def _check_stop(stop: Callable[[], bool] | None, produced: int) -> None:
+    if stop is not None and stop():
+        raise SearchStopped(f"the search was stopped after {produced - 1} steps")
+
+
 def _limits(max_len: int | Tensor, batch: int, device: torch.device) -> tuple[int, Tensor]:
     """(the steps to run, each row's limit (B,)) for max_len, one for the batch or one a row."""
     limits = torch.as_tensor(max_len, dtype=torch.long, device=device).expand(batch)
@@ -171,6 +182,7 @@ def _token_by_token(
     max_len: int | Tensor,
     pick: Callable[[Tensor], Tensor],
     use_cache: bool = True,
+    stop: Callable[[], bool] | None = None,
 ) -> Tensor:
     """The loop greedy decoding and sampling share: pick(logits (B, V)) -> tokens (B,)."""
     cfg = model.config
@@ -181,6 +193,7 @@ def _token_by_token(
     finished = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
     steps, limits = _limits(max_len, src.size(0), src.device)
     for produced in range(1, steps + 1):
+        _check_stop(stop, produced)
         step_input = prefix[:, -1:] if use_cache else prefix
         # Only the newest position's logits, with or without the cache: the uncached reference
         # then re-runs the decoder over the prefix, as a naive loop would, but not the output
@@ -196,7 +209,11 @@ def _token_by_token(
 
 @torch.inference_mode()
 def greedy_decode(
-    model: Seq2SeqTransformer, src: Tensor, max_len: int | Tensor, use_cache: bool = True
+    model: Seq2SeqTransformer,
+    src: Tensor,
+    max_len: int | Tensor,
+    use_cache: bool = True,
+    stop: Callable[[], bool] | None = None,
 ) -> Tensor:
     """The most likely next token at every step.
 
@@ -207,11 +224,12 @@ def greedy_decode(
             a (B,) tensor of each row's (a row then decodes as it would alone).
         use_cache: False re-runs the decoder over the whole prefix at every step (the slow
             reference the cache is measured and tested against).
+        stop: asked before every step; True raises SearchStopped (all three searches take it).
 
     Returns:
         (B, L) token ids, L <= max_len.
     """
-    return _token_by_token(model, src, max_len, lambda logits: logits.argmax(-1), use_cache)
+    return _token_by_token(model, src, max_len, lambda logits: logits.argmax(-1), use_cache, stop)
 
 
 @torch.inference_mode()
@@ -223,6 +241,7 @@ def sample_decode(
     top_k: int = 0,
     top_p: float = 1.0,
     generator: torch.Generator | None = None,
+    stop: Callable[[], bool] | None = None,
 ) -> Tensor:
     """Draw each next token from the model's distribution.
 
@@ -247,7 +266,7 @@ def sample_decode(
         logits = filter_logits(logits.float() / temperature, top_k, top_p)
         return torch.multinomial(logits.softmax(-1), 1, generator=generator).squeeze(1)
 
-    return _token_by_token(model, src, max_len, pick)
+    return _token_by_token(model, src, max_len, pick, stop=stop)
 
 
 def filter_logits(logits: Tensor, top_k: int = 0, top_p: float = 1.0) -> Tensor:
@@ -273,6 +292,7 @@ def beam_search(
     beam_size: int = 4,
     length_penalty: float = 1.0,
     n_best: int = 1,
+    stop: Callable[[], bool] | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Keep the beam_size best partial translations of each source at every step.
 
@@ -318,6 +338,7 @@ def beam_search(
         done_length[source[which]] = length[which]
 
     for produced in range(1, steps + 1):
+        _check_stop(stop, produced)
         step_input = tokens[:, -1:]
         logits = _next_token_logits(
             model, step_input, memory, memory_keep, cache, never

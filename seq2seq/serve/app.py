@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import re
 import secrets
 import time
 from contextlib import asynccontextmanager
@@ -26,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fastapi import Depends, FastAPI, Request
+from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
@@ -51,6 +52,10 @@ class Limits:
     max_queue: int = 4096  # sentences waiting; past it, 503
     max_batch: int = 32  # sentences one search decodes together (1: no batching)
     wait_ms: float = 20.0  # how long the worker may wait for more sentences to batch
+    max_beam: int = 64  # beam width and n_best a request may ask (the page offers up to 64)
+    max_search_mb: float = 2048.0  # memory one search may hold (Engine.search_bytes); past it, 413
+    max_body: int = 1 << 20  # bytes a request's body may have (20,000 characters in JSON's
+    # escapes take at most 240 kB); past it, 413 before the rest is read
 
 
 class SearchSettings(BaseModel):
@@ -92,7 +97,9 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        state["batcher"] = batcher or Batcher(engine, limits.max_batch, limits.wait_ms / 1000)
+        state["batcher"] = batcher or Batcher(
+            engine, limits.max_batch, limits.wait_ms / 1000, max_bytes=limits.max_search_mb * 2**20
+        )
         yield
         state["stopping"] = True
         await asyncio.to_thread(state["batcher"].stop)  # the queued work finishes first
@@ -103,6 +110,7 @@ def create_app(
         summary="Translate with a trained seq2seq model, and see its attention.",
         lifespan=lifespan,
     )
+    app.add_middleware(BodyLimit, max_body=limits.max_body, timeout_s=limits.timeout_s)
 
     def authorized(request: Request) -> None:
         if token is None:
@@ -130,6 +138,8 @@ def create_app(
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, error: StarletteHTTPException) -> JSONResponse:
         message = str(error.detail)
+        if isinstance(error.__cause__, UnicodeDecodeError):  # FastAPI's 400 for such a body
+            return JSONResponse({"error": not_utf8(error.__cause__)}, status_code=422)
         if error.status_code == 404:
             message = f"no endpoint {request.method} {request.url.path}: see /docs"
         elif error.status_code == 405:
@@ -146,6 +156,7 @@ def create_app(
         is cancelled, so its sentences that have not started are never decoded)."""
         if state["stopping"]:
             raise RequestError("the server is stopping: send the request again later", 503)
+        job.deadline = started + limits.timeout_s  # the worker skips, or stops, it past this
         waiting = state["batcher"].waiting
         if waiting + len(job.sentences) > limits.max_queue:
             raise RequestError(
@@ -195,8 +206,30 @@ def create_app(
             beam=body.beam, length_penalty=body.length_penalty, max_len=body.max_len,
             truncate=body.truncate, **more,
         )  # fmt: skip
+        for name in ("beam", "n_best"):
+            value = getattr(settings, name)
+            if value is not None and value > limits.max_beam:
+                raise RequestError(
+                    f"{name} {value} is more than this server's --max-beam {limits.max_beam}: "
+                    "ask for a narrower search",
+                    status=413,
+                )
         search = engine.search(settings)
-        return settings, search, engine.encode(texts, settings, search)
+        sentences = engine.encode(texts, settings, search)
+        # The largest search this request can make: its longest sentences, a batch of them.
+        longest = sorted(sentences, key=lambda s: (len(s.ids), s.limit), reverse=True)
+        need = engine.search_bytes(longest[: limits.max_batch], search) / 2**20
+        if need > limits.max_search_mb:
+            raise RequestError(
+                f"this search would hold about {need:,.0f} MB (beam "
+                f"{search.decoding.beam_size}, {len(longest[: limits.max_batch])} sentence(s) "
+                f"of up to {len(longest[0].ids)} tokens, outputs of up to "
+                f"{max(s.limit for s in longest)} tokens), more than this server's "
+                f"--max-search-mb {limits.max_search_mb:g}: send fewer or shorter sentences, "
+                "a narrower beam or a smaller max_len",
+                status=413,
+            )
+        return settings, search, sentences
 
     @app.get("/health", summary="Liveness: the server answers, and how much it batches")
     async def health() -> dict[str, Any]:
@@ -206,6 +239,7 @@ def create_app(
             "waiting": batcher.waiting,  # sentences queued
             "searches": batcher.searches,  # searches run so far,
             "sentences": batcher.sentences,  # and the sentences they decoded together
+            "stopped": batcher.stopped,  # searches stopped once nobody waited for them
         }
 
     @app.get("/info", summary="What is loaded", dependencies=guarded)
@@ -253,7 +287,7 @@ def create_app(
             engine.attention(sentences[0], search)  # says what to do instead
         loop = asyncio.get_running_loop()
         job = Job(sentences, search, loop.create_future(), loop)
-        job.work = lambda: engine.attention(sentences[0], search)
+        job.work = lambda: engine.attention(sentences[0], search, stop=job.expired)
         found = await outcome(request, job, started)
         if found is None:
             return JSONResponse({"error": "the client went away"}, status_code=499)
@@ -264,6 +298,81 @@ def create_app(
         return HTMLResponse(PAGE.read_text(encoding="utf-8"))
 
     return app
+
+
+class BodyRefused(HTTPException):
+    """A body past --max-body, or one that has not arrived by --timeout: raised while the app
+    reads it (FastAPI's HTTPException, which its body parsing passes on as it is)."""
+
+
+class BodyLimit:
+    """ASGI middleware: a body larger than max_body is refused with 413 from its Content-Length
+    before any of it is read, or, sent in chunks, as soon as the bytes read pass the limit;
+    a body still arriving timeout_s after the request came (a client that trickles it, or
+    never ends it) is refused with 408. Either way the connection closes and nothing more of
+    the body is read. Not FastAPI's own max_body_size (in its recent releases): that bounds
+    the size only, not the time, and answers in its own form, not this service's one line."""
+
+    def __init__(self, app: Any, max_body: int, timeout_s: float) -> None:
+        self.app, self.max_body, self.timeout_s = app, max_body, timeout_s
+
+    def too_large(self, size: str) -> str:
+        return (
+            f"the body has {size} bytes, more than this server's --max-body {self.max_body:,}: "
+            "send the sentences in several requests"
+        )
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        length = dict(scope.get("headers") or []).get(b"content-length", b"")
+        if length.isdigit() and int(length) > self.max_body:
+            response = JSONResponse(
+                {"error": self.too_large(f"{int(length):,}")},
+                status_code=413,
+                headers={"Connection": "close"},
+            )
+            await response(scope, receive, send)
+            return
+        deadline = time.monotonic() + self.timeout_s
+        read, whole = 0, False
+
+        async def limited() -> dict:
+            nonlocal read, whole
+            if whole:  # the body is in: what comes now is the client going away
+                return await receive()
+            try:
+                message = await asyncio.wait_for(receive(), deadline - time.monotonic())
+            except TimeoutError:
+                raise BodyRefused(
+                    408,
+                    f"the body did not arrive within the server's --timeout of "
+                    f"{self.timeout_s:g} s: send it whole, at once",
+                    headers={"Connection": "close"},
+                ) from None
+            if message["type"] == "http.request":
+                read += len(message.get("body", b""))
+                whole = not message.get("more_body", False)
+                if read > self.max_body:
+                    raise BodyRefused(
+                        413, self.too_large(f"over {self.max_body:,}"), {"Connection": "close"}
+                    )
+            return message
+
+        await self.app(scope, limited, send)
+
+
+def not_utf8(error: UnicodeDecodeError) -> str:
+    """A body that is not UTF-8, in one line naming the field where the bad byte is."""
+    before = bytes(error.object[: error.start]).decode("utf-8", "replace")
+    fields = re.findall(r'"([^"\\]+)"\s*:', before)
+    where = f" in {fields[-1]}" if fields else ""
+    byte = bytes(error.object[error.start : error.start + 1]).hex()
+    return (
+        f"the body is not UTF-8: byte 0x{byte} at position {error.start}{where} is not "
+        "valid text: send the text encoded as UTF-8"
+    )
 
 
 def validation_message(error: RequestValidationError, fields: type[BaseModel]) -> str:

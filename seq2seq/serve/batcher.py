@@ -9,8 +9,11 @@ padded search, each sentence with its own length limit, so an answer never depen
 else was in the batch. A sampling request is a group of its own, drawn from its seed in translate's
 batches. The event loop never decodes: it awaits a future the worker resolves.
 
-A request whose client went away, or whose deadline passed, is marked cancelled; the worker
-skips its sentences that have not started.
+A request whose client went away is marked cancelled, and one whose deadline passed has
+expired: the worker skips its sentences that have not started, and stops a search between two
+steps once every request in it is cancelled or expired. A group whose search would hold more
+memory than `max_bytes` (Engine.search_bytes) is searched in several parts, at the requests'
+boundaries (the app refuses a request that alone is past it).
 
 `python -m seq2seq.serve` runs the worker in the process's main thread and the event loop in
 another: torch decodes in the main thread at up to twice the speed of any other here (its
@@ -24,6 +27,7 @@ import asyncio
 import collections
 import itertools
 import logging
+import math
 import queue
 import threading
 import time
@@ -31,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from seq2seq.core.decoding import Search
+from seq2seq.core.decoding import Search, SearchStopped
 from seq2seq.serve.engine import Sentence
 
 __all__ = ["Batcher", "Job"]
@@ -52,6 +56,7 @@ class Job:
     seed: int | None = None  # sampling: the draw starts from it
     work: Callable[[], Any] | None = None  # instead of a search: run this on the worker
     cancelled: bool = False
+    deadline: float = math.inf  # time.monotonic() past which nobody waits for the answer
     number: int = field(default_factory=lambda: next(_numbers))
     _results: dict[int, list] = field(default_factory=dict)
 
@@ -62,6 +67,10 @@ class Job:
         if self.search.sampling is not None or self.work is not None:
             return ("alone", self.number)
         return ("search", self.search)
+
+    def expired(self) -> bool:
+        """Nobody waits for this job's answer: its client went away or its deadline passed."""
+        return self.cancelled or time.monotonic() > self.deadline
 
     def resolve(self, value: Any = None, error: BaseException | None = None) -> None:
         def settle() -> None:
@@ -80,11 +89,18 @@ class Batcher:
     thread=False the caller runs run() itself (the serve command, in its main thread)."""
 
     def __init__(
-        self, engine: Any, max_batch: int = 32, wait_s: float = 0.005, thread: bool = True
+        self,
+        engine: Any,
+        max_batch: int = 32,
+        wait_s: float = 0.005,
+        thread: bool = True,
+        max_bytes: float = math.inf,
     ) -> None:
         self.engine = engine
         self.max_batch = max(1, max_batch)
         self.wait_s = wait_s
+        self.max_bytes = max_bytes  # memory one search may hold (Engine.search_bytes)
+        self.stopped = 0  # searches stopped between steps: nobody waited for them any more
         self._waiting = 0  # sentences queued and not yet taken
         self.searches = self.sentences = 0  # searches run, and the sentences they decoded
         self._recent: collections.deque[int] = collections.deque([1], maxlen=8)  # rounds' sizes
@@ -149,21 +165,49 @@ class Batcher:
             self._recent.append(size)
             groups: dict[tuple, list[tuple[Job, int, int]]] = {}
             for part in parts:
-                if not part[0].cancelled:
+                if not part[0].expired():
                     groups.setdefault(part[0].key, []).append(part)
             for group in groups.values():
-                self._decode(group)
+                for search in self._within_memory(group):
+                    self._decode(search)
+
+    def _within_memory(self, group: list[tuple[Job, int, int]]) -> list[list]:
+        """The group in consecutive searches of parts whose sentences together stay within
+        max_bytes (a part alone always makes a search)."""
+        if self.max_bytes == math.inf or len(group) == 1:
+            return [group]
+        searches: list[list[tuple[Job, int, int]]] = [[]]
+        for part in group:
+            joined = [*searches[-1], part]
+            sentences = [s for j, start, end in joined for s in j.sentences[start:end]]
+            held = self.engine.search_bytes(sentences, part[0].search)
+            if searches[-1] and held > self.max_bytes:
+                searches.append([part])
+            else:
+                searches[-1] = joined
+        return searches
 
     def _decode(self, group: list[tuple[Job, int, int]]) -> None:
-        """One search over the group's sentences; each job resolves once all its parts are in."""
+        """One search over the group's sentences; each job resolves once all its parts are in.
+        The search stops between steps once no job in it is waited for."""
         job = group[0][0]
+
+        def nobody_waits() -> bool:
+            return all(j.expired() for j, _, _ in group)
+
         try:
             if job.work is not None:
                 job.resolve(job.work())
                 return
             sentences = [s for j, start, end in group for s in j.sentences[start:end]]
-            found = self.engine.generate(sentences, job.search, job.seed)
+            found = self.engine.generate(sentences, job.search, job.seed, stop=nobody_waits)
             self.searches, self.sentences = self.searches + 1, self.sentences + len(sentences)
+        except SearchStopped as stopped:  # its jobs were answered 504, or their clients left
+            self.stopped += 1
+            log.info("a search nobody waited for any more: %s", stopped)
+            for j, _, _ in group:
+                j.resolve(error=stopped)
+            return
         except Exception as error:  # the search failed: every job in it gets the error
             log.exception("decoding failed")
             for j, _, _ in group:

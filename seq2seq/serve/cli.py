@@ -55,6 +55,18 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max-chars", type=int, default=defaults.max_chars)
     parser.add_argument("--max-queue", type=int, default=defaults.max_queue)
     parser.add_argument(
+        "--max-beam", type=int, default=defaults.max_beam,
+        help="the widest beam (and most n_best) a request may ask",
+    )  # fmt: skip
+    parser.add_argument(
+        "--max-search-mb", type=float, default=defaults.max_search_mb,
+        help="memory one search may hold, as estimated before it starts (past it: 413)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--max-body", type=int, default=defaults.max_body,
+        help="bytes a request's body may have (past it: 413, before the rest is read)",
+    )  # fmt: skip
+    parser.add_argument(
         "--timeout", type=float, default=defaults.timeout_s,
         help="seconds a request may take before it is answered 504",
     )  # fmt: skip
@@ -64,7 +76,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         parser.error("give a checkpoint (CKPT) or an export (--model DIR), one of them")
     if args.compute_type is not None and args.ckpt:
         parser.error("--compute-type is for a CTranslate2 --model; drop it with a checkpoint")
-    for name in ("max_batch", "max_sentences", "max_chars", "max_queue"):
+    for name in ("max_batch", "max_sentences", "max_chars", "max_queue", "max_beam", "max_body"):
         if getattr(args, name) < 1:
             parser.error(
                 f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}"
@@ -73,6 +85,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         parser.error(f"--port must be in 0-65535, got {args.port}")
     if not (args.timeout > 0 and args.wait_ms >= 0):
         parser.error("--timeout must be positive and --wait-ms 0 or more")
+    if not args.max_search_mb > 0:
+        parser.error(f"--max-search-mb must be positive, got {args.max_search_mb:g}")
     return args
 
 
@@ -108,8 +122,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         limits = Limits(
             max_sentences=args.max_sentences, max_chars=args.max_chars, timeout_s=args.timeout,
             max_queue=args.max_queue, max_batch=args.max_batch, wait_ms=args.wait_ms,
+            max_beam=args.max_beam, max_search_mb=args.max_search_mb, max_body=args.max_body,
         )  # fmt: skip
-        batcher = Batcher(engine, args.max_batch, args.wait_ms / 1000, thread=False)
+        batcher = Batcher(engine, limits.max_batch, limits.wait_ms / 1000, thread=False,
+                          max_bytes=limits.max_search_mb * 2**20)  # fmt: skip
         app = create_app(engine, limits, args.token, batcher)
         sock = listening_socket(args.host, args.port)
     except (ValueError, OSError) as error:

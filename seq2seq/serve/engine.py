@@ -13,6 +13,7 @@ import hashlib
 import json
 import math
 import re
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -84,12 +85,19 @@ class Engine:
             self.backend, self.path = "torch", Path(ckpt)
             self.model: Any = CheckpointModel(ckpt, device)
         else:
-            from seq2seq.exported import ExportedModel  # imports CTranslate2, an optional extra
+            from seq2seq.exported import ExportedModel, read_export  # CTranslate2: an extra
 
             self.backend, self.path = "ctranslate2", Path(model_dir)
             threads = threads or torch.get_num_threads()
             self.model = ExportedModel(model_dir, device, compute_type or "default", threads)
         self.max_positions: int = self.model.max_positions
+        # The network's sizes, for what a search costs (search_bytes): the checkpoint's
+        # ModelConfig, or what the export recorded of it.
+        self.net: dict[str, Any] = (
+            self.model.module.config.to_dict()
+            if self.backend == "torch"
+            else read_export(self.path)["model"]
+        )
 
     # --- a request, checked before it queues ----------------------------------------------
 
@@ -110,6 +118,14 @@ class Engine:
         naming the sentence and the limit, or cut with truncate."""
         sentences = []
         for index, text in enumerate(texts):
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError as error:  # JSON's "\ud800": a lone surrogate
+                raise RequestError(
+                    f"src[{index}] is not valid text: character {error.start} is a lone "
+                    f"surrogate ({text[error.start]!a}), which no UTF-8 text holds: send the "
+                    "whole character (both halves of its pair) or drop it"
+                ) from None
             cleaned = clean(text)
             ids = self.model.src_vocab.encode(cleaned) if cleaned else []
             if len(ids) > self.max_positions:
@@ -124,13 +140,49 @@ class Engine:
             sentences.append(Sentence(ids, limit, unknown))
         return sentences
 
+    def search_bytes(self, sentences: list[Sentence], search: Search) -> int:
+        """About the most memory one search of these sentences holds at once, in bytes: per
+        row (sentence x beam) the decoder's key/value cache over the output's steps and over
+        the source, the encoder's output, a few copies of the next token's scores, and the
+        tokens so far; per sentence the encoder's activations and attention weights. An upper
+        bound's shape, not a measurement: what a server compares with --max-search-mb before
+        any work starts (seq2seq/serve/app.py), and the batcher before it searches requests
+        together."""
+        todo = [s for s in sentences if s.ids]
+        if not todo:
+            return 0
+        if search.sampling is not None:
+            todo = todo[:TRANSLATE_BATCH]  # drawn in translate's batches, one at a time
+        net = self.net
+        d_model, d_ff, heads = net["d_model"], net["d_ff"], net["num_heads"]
+        layers = net["num_decoder_layers"]
+        source = max(len(s.ids) for s in todo)
+        steps = max(s.limit for s in todo)
+        sentences_count = len(todo)
+        rows = sentences_count * (search.decoding.beam_size if search.sampling is None else 1)
+        vocab = len(self.model.tgt_vocab)
+        per_row = (
+            2 * layers * (steps + source) * d_model  # the cache: keys and values
+            + 2 * source * d_model  # the encoder's output, and its copy for each beam
+            + 6 * vocab  # the next token's logits, log-probabilities and candidates
+            + heads * (steps + source)
+            + d_ff  # a step's attention weights and hidden layer
+        )
+        per_sentence = source * (6 * d_model + d_ff) + 2 * heads * source * source
+        return 4 * (rows * per_row + sentences_count * per_sentence) + 16 * rows * steps
+
     # --- the worker's side -----------------------------------------------------------------
 
     def generate(
-        self, sentences: list[Sentence], search: Search, seed: int | None = None
+        self,
+        sentences: list[Sentence],
+        search: Search,
+        seed: int | None = None,
+        stop: Callable[[], bool] | None = None,
     ) -> list[list[tuple[float, list[int]]]]:
         """Per sentence, (score, token ids) pairs, best first; blank sentences get an empty
-        output. With sampling, seed starts a new draw, made in translate's batches."""
+        output. With sampling, seed starts a new draw, made in translate's batches. stop is
+        asked between the search's steps: True ends it with SearchStopped."""
         out: list[list[tuple[float, list[int]]]] = [
             [(math.nan, [])] * search.n_best for _ in sentences
         ]
@@ -143,7 +195,8 @@ class Engine:
                 part = todo[start : start + size]
                 rows = [sentences[i].ids for i in part]
                 limits = [sentences[i].limit for i in part]
-                for i, hyps in zip(part, self.model.generate(rows, limits, search), strict=True):
+                found = self.model.generate(rows, limits, search, stop)
+                for i, hyps in zip(part, found, strict=True):
                     out[i] = hyps
         return out
 
@@ -158,9 +211,12 @@ class Engine:
     def text(self, ids: list[int]) -> str:
         return self.model.tgt_vocab.decode(ids)
 
-    def attention(self, sentence: Sentence, search: Search) -> dict[str, Any]:
+    def attention(
+        self, sentence: Sentence, search: Search, stop: Callable[[], bool] | None = None
+    ) -> dict[str, Any]:
         """The best output for one sentence and every layer's and head's attention while the
-        model produces it: the data `inspect --attention` draws, as lists of numbers."""
+        model produces it: the data `inspect --attention` draws, as lists of numbers. stop:
+        as generate's."""
         if self.backend != "torch":
             raise RequestError(
                 "attention needs the checkpoint: serve it with python -m seq2seq.serve CKPT "
@@ -168,7 +224,7 @@ class Engine:
                 status=501,
             )
         module = self.model.module
-        (_, best), *_ = self.generate([sentence], search)[0]
+        (_, best), *_ = self.generate([sentence], search, stop=stop)[0]
         output = module.output_ids(best)
         maps = module.attention(sentence.ids, output) if sentence.ids else None
         src_vocab, tgt_vocab = self.model.src_vocab, self.model.tgt_vocab
