@@ -39,6 +39,7 @@ from seq2seq.training.preflight import (
     check_output_dir,
     check_same_model,
     checkpoint_to_resume,
+    evaluation_config,
     replay_record,
 )
 from seq2seq.training.report import report
@@ -61,17 +62,20 @@ def instantiate_group(group: DictConfig | None, kind: str) -> list[Any]:
 def train(cfg: DictConfig) -> dict[str, Any]:
     """Fit, then test the best checkpoint; returns (and writes) the run's summary.
 
-    With train=false, only tests the checkpoint at ckpt_path (decoding settings such as
-    model.decoding come from the config, everything else from the checkpoint).
+    With train=false, only tests the checkpoint at ckpt_path: on the data its run was made
+    with and with its model and decoding settings, but for the data.* and model.decoding.*
+    keys the command line gives (preflight.evaluation_config).
     """
     import lightning as L
 
     from seq2seq.average import average_last_validations
     from seq2seq.training.callbacks import (
+        FinalCheckpoint,
         SaveRunConfig,
         TimeBudget,
         best_checkpoint,
         clocked_validation,
+        without_weight_averaging,
     )
     from seq2seq.training.memory import keep_freed_memory
     from seq2seq.training.pick import SearchGrid, pick_search, record_in_checkpoint
@@ -82,6 +86,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         logging.getLogger("lightning").handlers.clear()
     L.seed_everything(cfg.seed, workers=True)
     keep_freed_memory()  # a step's largest tensors are reused, not mapped anew each step
+    if not cfg.train and cfg.get("ckpt_path"):
+        evaluation_config(cfg, command_line_keys())  # the checkpoint's data, unless given
     log.info("Instantiating data <%s>", cfg.data._target_)
     datamodule = check_config(cfg)  # before the data is made: bad values fail at once
     module = build_module(cfg, *datamodule.tokenizers())
@@ -103,6 +109,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             )
         budget.replay(replayed)
     callbacks.append(SaveRunConfig(OmegaConf.to_container(cfg, resolve=True)))
+    if cfg.train:  # first: its on_train_end must run before a moving average's (its docstring)
+        callbacks.insert(0, FinalCheckpoint(RunDir(cfg.paths.output_dir).last))
     loggers = instantiate_group(cfg.get("logger"), "logger")
     if not loggers:  # the learning-rate monitor refuses to run without a logger
         callbacks = [
@@ -134,6 +142,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         best = last = tested = averaged = picked = None
         if cfg.train:
             trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from)
+            without_weight_averaging(trainer)  # what is tested is the checkpoint's state_dict
             # Read now: testing restores the callbacks' state as the best checkpoint saved it.
             best = best_checkpoint(trainer)
             if cfg.average_last:
@@ -141,8 +150,14 @@ def train(cfg: DictConfig) -> dict[str, Any]:
                 averaged = average_last_validations(run_dir, cfg.average_last, trainer)
             last_file = RunDir(cfg.paths.output_dir).last
             last = str(last_file) if last_file.is_file() else None
-            tested = averaged or best
-            if best is None:
+            tested = averaged or best or last
+            if best is None and last is not None:
+                log.warning(
+                    "No validation ranked a checkpoint best (none ran, or none logged %s); "
+                    "testing the last one, %s",
+                    OmegaConf.select(cfg, "callbacks.model_checkpoint.monitor"), last,
+                )  # fmt: skip
+            elif tested is None:
                 log.warning("No checkpoint was saved; testing the weights in memory")
         grid = SearchGrid.from_config(cfg.get("pick_search"))
         if grid.active:
@@ -189,7 +204,10 @@ def build_module(cfg: DictConfig, src_vocab: Any, tgt_vocab: Any) -> Any:
     from seq2seq.training.module import load_for_evaluation
 
     log.info("Loading model from %s", cfg.ckpt_path)
-    return load_for_evaluation(cfg.ckpt_path, (src_vocab, tgt_vocab), cfg.model)
+    given = {key.rsplit(".", 1)[-1] for key in command_line_keys()
+             if key.startswith("model.decoding.")}  # fmt: skip
+    decoding = {name: cfg.model.decoding[name] for name in given if name in cfg.model.decoding}
+    return load_for_evaluation(cfg.ckpt_path, (src_vocab, tgt_vocab), decoding)
 
 
 @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="train")

@@ -103,9 +103,9 @@ def test_translate_searches_as_the_checkpoint_says_unless_told(
     torch.save(checkpoint, tmp_path / "beam4.ckpt")
     searched = []
 
-    def spy(model, src, max_len, beam_size, length_penalty, n_best=1):
+    def spy(model, src, max_len, beam_size, length_penalty, n_best=1, stop=None):
         searched.append((beam_size, length_penalty, n_best))
-        return beam_search(model, src, max_len, beam_size, length_penalty, n_best)
+        return beam_search(model, src, max_len, beam_size, length_penalty, n_best, stop)
 
     monkeypatch.setattr(translate_cli, "beam_search", spy)
     for options in ([], ["--beam", "2", "--length-penalty", "1.0"], ["--n-best", "5"]):
@@ -334,6 +334,23 @@ def test_train_false_evaluates_a_checkpoint(
             assert exact == pytest.approx(summary["test"]["test/exact_match"])
         else:
             assert exact >= 0.99
+
+
+def test_a_checkpoint_alone_evaluates_on_its_runs_data_with_its_decoding(
+    trained: Trained, tmp_path: Path, data_dir: Path
+) -> None:
+    """train=false ckpt_path=CKPT and nothing else: the run's own data (not the default copy
+    task's sizes) and decoding, so the run's own test scores; a data key or a decoding key
+    given on the command line still applies."""
+    summary, _ = trained
+    alone = ["train=false", f"ckpt_path={summary['best_checkpoint']}"]
+    evaluation = train(compose_train(tmp_path / "alone", data_dir, alone))
+    assert evaluation["test"] == summary["test"]
+    fewer = train(compose_train(tmp_path / "fewer", data_dir, [*alone, "data.corpus.test_size=7"]))
+    assert fewer["test"] != summary["test"]  # 7 test pairs (the run's other settings kept)
+    two = ["model.decoding.max_len_a=0", "model.decoding.max_len_b=2"]  # at most 2 tokens
+    cut = train(compose_train(tmp_path / "cut", data_dir, [*alone, *two]))
+    assert cut["test"]["test/exact_match"] < summary["test"]["test/exact_match"] / 2
 
 
 def test_train_false_without_a_checkpoint_fails_clearly(tmp_path: Path, data_dir: Path) -> None:

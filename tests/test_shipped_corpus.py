@@ -64,6 +64,14 @@ def test_tatoeba_en_fr_trains_from_the_clone_and_prints_bleu_and_chrf(
     # The cache is made where train.py starts, apart from the shipped files.
     assert (tmp_path / "data" / "cache" / "tokenizers").is_dir()
     assert sorted(p.name for p in CORPUS.iterdir()) == ["LICENSE", "README.md", "en-fr.tsv.gz"]
+    # The checkpoint alone evaluates: its run's data and decoding, nothing else given (but the
+    # test's one batch, as above), to the run's own scores.
+    alone = ["train=false", f"ckpt_path={summary['best_checkpoint']}",
+             "trainer.limit_test_batches=1", "logger=none"]  # fmt: skip
+    assert run_train_cli(alone, tmp_path, monkeypatch) == 0, "".join(capfd.readouterr())
+    (evaluation,) = (tmp_path / "outputs" / "train" / "runs").iterdir()
+    fresh = json.loads((evaluation / "summary.json").read_text())
+    assert fresh["test"] == summary["test"]
 
 
 # The shipped recipe's decisive settings, each with the measurement it stands on (a section of

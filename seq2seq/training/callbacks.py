@@ -572,6 +572,45 @@ def _test_share(trainer: Any, pl_module: Any) -> float:
     return len(splits["test"]) / max(decoded_in_validation, 1) * beam**0.5
 
 
+class FinalCheckpoint(Callback):
+    """Writes last.ckpt when training ends, where no checkpoint callback saved the final step:
+    a run shorter than its first validation, or whose last steps came after its last periodic
+    checkpoint, still ends with the weights it trained, and resume=RUN continues from them.
+
+    A plain Callback, first in the list (train.py puts it there), so that its on_train_end
+    runs before a moving average's (callbacks=ema), which copies the average over the trained
+    weights: saved here, the checkpoint holds the average as its state_dict and the trained
+    weights beside it, as every checkpoint of such a run does.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+
+    def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+        from seq2seq.checkpoint import CheckpointError, load_checkpoint
+
+        try:
+            saved = load_checkpoint(self.path, mmap=True).get("global_step")
+        except CheckpointError:
+            saved = None
+        if saved == trainer.global_step or trainer.global_step == 0:
+            return  # saved at this step already, or nothing trained
+        trainer.save_checkpoint(self.path)
+        if trainer.is_global_zero:
+            log.info("Training ended at step %d: saved %s", trainer.global_step, self.path)
+
+
+def without_weight_averaging(trainer: Any) -> None:
+    """Take a moving average's callback (callbacks=ema) off the trainer once fit is over: a
+    checkpoint's state_dict is its average, and testing that checkpoint must score it.
+    Lightning's EMAWeightAveraging, still holding fit's averaged model, would load the trained
+    weights (current_model_state) over it when the test restores the checkpoint (Lightning
+    2.6's on_load_checkpoint)."""
+    from lightning.pytorch.callbacks import WeightAveraging
+
+    trainer.callbacks = [c for c in trainer.callbacks if not isinstance(c, WeightAveraging)]
+
+
 def best_checkpoint(trainer: Any) -> str | None:
     """The best checkpoint of the callback that ranks by a metric (the others keep last.ckpt,
     or the most recent by step)."""

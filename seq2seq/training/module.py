@@ -246,15 +246,18 @@ def module_from_checkpoint(checkpoint: dict[str, Any], path: str | Path):
     return module.eval()
 
 
-def load_for_evaluation(path: str | Path, tokenizers: tuple[Any, Any], model_config: Any):
-    """The module of a checkpoint to test on the configured data (train=false): its
-    tokenizers must be the data's; the decoding settings (model.decoding) come from the
-    config, everything else from the checkpoint."""
+def load_for_evaluation(path: str | Path, tokenizers: tuple[Any, Any], decoding: dict[str, Any]):
+    """The module of a checkpoint to test on the data (train=false): its tokenizers must be
+    the data's; everything is the checkpoint's (its decoding settings too, a picked search
+    included), but for the decoding settings given (model.decoding.NAME=... on the command
+    line)."""
     module = module_from_checkpoint(load_checkpoint(path), path)
     if (module.src_vocab, module.tgt_vocab) != tokenizers:
         raise ValueError(
-            f"the vocabulary of {path} differs from the configured data's; "
-            "evaluate with the data config the checkpoint was trained on"
+            f"the vocabulary of {path} differs from the data's: evaluate it on the data it was "
+            "trained on (drop data=... and experiment=... to use the run's own)"
         )
-    module.hparams["decoding"] = DecodingConfig(**model_config["decoding"]).to_dict()
+    module.hparams["decoding"] = DecodingConfig(
+        **{**module.hparams["decoding"], **decoding}
+    ).to_dict()
     return module

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from hydra.utils import instantiate
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from seq2seq import checks
 from seq2seq.run_dir import RunDir
@@ -62,6 +62,27 @@ def check_config(cfg: DictConfig) -> Any:
     if cfg.train:
         check_model_fits_data(cfg.model.net.max_positions, datamodule)
     return datamodule
+
+
+def evaluation_config(cfg: DictConfig, given: set[str]) -> None:
+    """train=false ckpt_path=CKPT: evaluate on the data the checkpoint's run was made with (its
+    run config's data group), with the data.* keys the command line gives on top (another test
+    file, say) and this run's data cache (data.data_dir). A command line that names other data
+    (data=..., experiment=...) keeps it; a checkpoint saved before runs kept their config is
+    evaluated on the configured data. The model and its decoding are the checkpoint's
+    (training.module.load_for_evaluation)."""
+    from seq2seq.checkpoint import load_checkpoint, run_record
+
+    saved = run_record(load_checkpoint(cfg.ckpt_path, mmap=True))["run_config"] or {}
+    if "data" not in saved or given & {"data", "experiment"}:
+        return
+    data = OmegaConf.create(saved["data"])
+    data.data_dir = cfg.data.get("data_dir")
+    data._target_ = current_target(data.get("_target_"))
+    for key in sorted(k for k in given if k.startswith("data.")):
+        OmegaConf.update(data, key[len("data.") :], OmegaConf.select(cfg, key), force_add=True)
+    with open_dict(cfg):
+        cfg.data = data  # its seed, resolved when the run saved it: the run's split
 
 
 def check_streaming_trainer(cfg: DictConfig) -> None:
