@@ -89,7 +89,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     if not cfg.train and cfg.get("ckpt_path"):
         evaluation_config(cfg, command_line_keys())  # the checkpoint's data, unless given
     log.info("Instantiating data <%s>", cfg.data._target_)
-    datamodule = check_config(cfg)  # before the data is made: bad values fail at once
+    # Before the data is made: bad values fail at once.
+    datamodule = check_config(cfg, command_line_keys())
     module = build_module(cfg, *datamodule.tokenizers())
     resume_from = checkpoint_to_resume(cfg) if cfg.train else None
     if resume_from:
@@ -99,7 +100,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         check_output_dir(Path(cfg.paths.output_dir), module, resuming, cfg.average_last)
 
     callbacks = instantiate_group(cfg.get("callbacks"), "callback")
-    replayed = replay_record(cfg)
+    replayed = replay_record(cfg, command_line_keys())
     if replayed is not None:
         budget = next((c for c in callbacks if isinstance(c, TimeBudget)), None)
         if budget is None:

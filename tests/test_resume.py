@@ -846,3 +846,116 @@ def test_a_run_with_early_stopping_made_before_its_check_setting_resumes(
     resume = [f"resume={run_dir}", "trainer.max_epochs=2"]
     assert run_train_cli(resume, tmp_path, monkeypatch) == 0, capsys.readouterr().err
     assert saved_step(path) == 8
+
+
+# --- runs of every earlier release ---------------------------------------------------------------
+
+SAVED_AT_9855E30 = json.loads((Path(__file__).parent / "settings_of_9855e30.json").read_text())
+# What a run could be made of: each experiment, each data option, callbacks=early_stopping.
+VARIANTS = [
+    "default",
+    *(f"experiment={p.stem}" for p in sorted((ROOT / "configs" / "experiment").glob("*.yaml"))),
+    *(f"data={p.stem}" for p in sorted((ROOT / "configs" / "data").glob("*.yaml"))),
+    "callbacks=early_stopping",
+]
+
+
+def saved_at_9855e30(variant: str) -> set[str]:
+    """The keys a run of this variant made at 9855e30 saved; for a variant that came later,
+    any key some run of then saved."""
+    every = set(SAVED_AT_9855E30["every run"])
+    if variant in SAVED_AT_9855E30:
+        return every | set(SAVED_AT_9855E30[variant])
+    return every.union(*(set(v) for k, v in SAVED_AT_9855E30.items() if k[0] != "#"))
+
+
+def without(config: dict, key: str) -> dict:
+    """A copy of a nested config without one dotted key."""
+    import copy
+
+    lacking = copy.deepcopy(config)
+    *parents, name = key.split(".")
+    node = lacking
+    for parent in parents:
+        node = node[parent]
+    del node[name]
+    return lacking
+
+
+def test_every_setting_a_run_lacks_reads_as_its_off_value(tmp_path: Path, data_dir: Path) -> None:
+    """Each key of each variant's config, removed from the config a run saved: resume's checks
+    (read_as_made, then first_difference) accept the run and set the key to its off value,
+    unless it is a key every run of that variant saved since 9855e30
+    (settings_of_9855e30.json), which a run cannot lack: then the refusal names it. A setting
+    added without an off value fails here the day it is added."""
+    import copy
+
+    from omegaconf import OmegaConf
+
+    from seq2seq import checks
+    from seq2seq.training.preflight import (
+        RESUME_MAY_CHANGE,
+        _ignored,
+        _off_value,
+        first_difference,
+        read_as_made,
+    )
+
+    def resumed(cfg, lacking: dict, key: str):
+        again = copy.deepcopy(cfg)
+        read_as_made(again, lacking, RESUME_MAY_CHANGE, set())
+        return again, first_difference(again, lacking, RESUME_MAY_CHANGE)
+
+    refused_once: set[str] = set()
+    newer = 0
+    for variant in VARIANTS:
+        cfg = compose_train(tmp_path, data_dir, [] if variant == "default" else [variant])
+        for missing in OmegaConf.missing_keys(cfg):  # data=hub's name: the user's to give
+            OmegaConf.update(cfg, missing, "given")
+        saved = OmegaConf.to_container(cfg, resolve=True)
+        old = saved_at_9855e30(variant)
+        for key in checks.flatten(saved):
+            if _ignored(key, RESUME_MAY_CHANGE) or (key in old and key in refused_once):
+                continue
+            again, difference = resumed(cfg, without(saved, key), key)
+            if key in old:
+                assert difference is None or difference[0] == key, (variant, key, difference)
+                refused_once.add(key)
+                continue
+            newer += 1
+            assert difference is None, (
+                f"{key} (with {variant}) has no off value: a run made before it cannot resume "
+                f"({difference}); add it to ADDED_SETTINGS"
+            )
+            assert OmegaConf.select(again, key) == _off_value(key), (variant, key)
+    assert newer > 100 and len(refused_once) > 100  # every variant composed and was read
+
+
+def test_a_run_lacking_every_setting_added_since_9855e30_resumes(
+    run_copy: Path, monkeypatch, capsys
+) -> None:
+    """The ended run's saved config without every setting newer than a run of its experiment
+    at 9855e30 (among them data.bpe_dropout, which a run of 49ab0fb lacks), resumed with
+    `resume=RUN` alone: it continues, with each of them off. (data.corpus.streaming, which
+    the files corpus has, is the test above's.)"""
+    from seq2seq import checks
+
+    path = run_copy / "checkpoints" / "last.ckpt"
+    checkpoint = torch.load(path, weights_only=False)
+    old = saved_at_9855e30("experiment=reverse")
+    removed = [
+        key
+        for key in checks.flatten(checkpoint["run_config"])
+        if key not in old and not key.startswith(("paths.", "hydra."))
+    ]
+    for key in removed:
+        checkpoint["run_config"] = without(checkpoint["run_config"], key)
+    assert {"data.bpe_dropout", "model.training.optimizer", "model.net.qk_norm"} <= set(removed)
+    torch.save(checkpoint, path)
+    args = [f"resume={run_copy}", "trainer.max_epochs=2", "logger=none"]
+    assert run_train_cli(args, run_copy.parent, monkeypatch) == 0, capsys.readouterr().err
+    resumed = torch.load(path, weights_only=True)
+    assert resumed["global_step"] == 8
+    config = checks.flatten(resumed["run_config"])
+    assert config["data.bpe_dropout"] == 0.0 and config["model.net.qk_norm"] is False
+    assert config["model.training.optimizer"] == "adamw" and config["validations"] is None

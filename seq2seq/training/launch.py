@@ -189,7 +189,7 @@ def command_line_error(overrides: list[str], config_dir: Path) -> str | None:
     except Exception:  # a run directory only Hydra itself can resolve: Hydra will judge it
         return None
     try:
-        check_config(cfg)
+        check_config(cfg, {override_key(override) for override in overrides})
         if cfg.train:
             check_run_dir_is_new(run_dir, resuming=checkpoint_to_resume(cfg) is not None)
     except (ValueError, InstantiationException) as error:

@@ -32,16 +32,18 @@ PRECISIONS = (
 MAX_TIME = re.compile(r"^\d+:\d\d:\d\d:\d\d$")  # DD:HH:MM:SS, as Lightning parses it
 
 
-def check_config(cfg: DictConfig) -> Any:
+def check_config(cfg: DictConfig, given: set[str] = frozenset()) -> Any:
     """Every value of the run config that can be checked without reading data; returns the
-    (not yet set up) data module, which a bad data value fails to construct."""
+    (not yet set up) data module, which a bad data value fails to construct. given: the keys
+    the command line sets (a resume or replay reads the settings its run lacks as off, but
+    for these)."""
     check_model_config(cfg.model)
     check_settings_known(cfg)
     check_trainer_config(cfg.trainer)
     resume_from = checkpoint_to_resume(cfg)
     if resume_from and cfg.train:
-        check_resume(cfg, resume_from)
-    replay_record(cfg)
+        check_resume(cfg, resume_from, given)
+    replay_record(cfg, given)
     checks.integer("average_last", cfg.get("average_last", 0), minimum=0)
     SearchGrid.from_config(cfg.get("pick_search"))  # its values, before the data is made
     if cfg.get("validations") is not None:
@@ -269,23 +271,73 @@ def _net_defaults() -> dict[str, Any]:
     return {f.name: f.default for f in fields(ModelConfig) if f.default is not MISSING}
 
 
-# Settings newer than some runs whose default is what those runs did: data.tokenizer.sample fits
-# on at most a million pairs, as every run before it did (the largest corpus trained then had
-# 200 thousand); every run before model.training.optimizer used AdamW.
-OFF_VALUES = {"data.tokenizer.sample": 1_000_000, "model.training.optimizer": "adamw"}
+# Every setting added since a resume began to compare the run's config (commit 9855e30), with
+# the value that means what a run made before it did ("off"): a resumed or replayed run whose
+# config lacks one takes this value, unless the command line gives it (a change like any other,
+# then). The network's options (model.net.*) are ModelConfig's defaults. A setting added without
+# its line here fails tests/test_resume.py (every key of every experiment removed in turn).
+ADDED_SETTINGS: dict[str, Any] = {
+    # At most a million pairs, as every run before it fitted on (the largest corpus then: 200k).
+    "data.tokenizer.sample": 1_000_000,
+    "data.bpe_dropout": 0.0,  # no BPE-dropout
+    "data.corpus.streaming": False,  # the corpus cached whole
+    "model.training.optimizer": "adamw",
+    "model.training.cooldown_share": None,  # the schedule's own end (wsd's default cooldown)
+    "model.training.dropout_min_epochs": None,  # dropout kept however few epochs the budget buys
+    "model.training.warmup_share": None,  # a warmup of warmup_steps, whatever the budget
+    "validations": None,  # validations at trainer.val_check_interval, not by the clock
+    "pick_search.beam_sizes": None,  # no search picked after fit
+    "pick_search.length_penalties": None,
+    "pick_search.metric": None,
+    "callbacks.time_budget.test": True,  # time kept for the test, as before test=false existed
+    "callbacks.time_budget.pick_search": None,
+    # Validations at epoch ends, where both checks follow the validation: checked after it.
+    "callbacks.early_stopping.check_on_train_epoch_end": False,
+}
+
+
+def has_off_value(key: str) -> bool:
+    prefix, _, name = key.rpartition(".")
+    return key in ADDED_SETTINGS or (prefix == "model.net" and name in _net_defaults())
 
 
 def _off_value(key: str) -> Any:
     """What a setting newer than a run must be for the run to mean what it meant: a network
-    option (model.net.norm, ...) its ModelConfig default, one of OFF_VALUES its value there,
-    anything else None (off)."""
+    option (model.net.norm, ...) its ModelConfig default, one of ADDED_SETTINGS its value there,
+    anything else None."""
     prefix, _, name = key.rpartition(".")
-    return _net_defaults().get(name) if prefix == "model.net" else OFF_VALUES.get(key)
+    return _net_defaults().get(name) if prefix == "model.net" else ADDED_SETTINGS.get(key)
 
 
-def check_resume(cfg: DictConfig, path: str) -> None:
+def read_as_made(
+    cfg: DictConfig, saved: dict[str, Any], may_change: tuple[str, ...], given: set[str]
+) -> None:
+    """Every setting of cfg that the run's saved config lacks (one newer than the run) and that
+    has an off value takes it, unless the command line gives it (given: its keys, a group such
+    as data counting for its keys) or it may change anyway: the run goes on as it was made."""
+    recorded = checks.flatten(saved)
+
+    def set_by_hand(key: str) -> bool:
+        return any(key == g or key.startswith(g + ".") for g in given)
+
+    current = checks.flatten(OmegaConf.to_container(cfg, resolve=False))
+    newer = [
+        key
+        for key in current
+        if key not in recorded
+        and has_off_value(key)
+        and not set_by_hand(key)
+        and not _ignored(key, may_change)
+    ]
+    with open_dict(cfg):
+        for key in newer:
+            OmegaConf.update(cfg, key, _off_value(key), merge=False)
+
+
+def check_resume(cfg: DictConfig, path: str, given: set[str] = frozenset()) -> None:
     """A checkpoint to resume must hold a training state, and the config must be the run's
-    own (RESUME_MAY_CHANGE aside), as the checkpoint recorded it."""
+    own (RESUME_MAY_CHANGE aside), as the checkpoint recorded it; the settings the run lacks
+    read as off (read_as_made)."""
     from seq2seq.checkpoint import CheckpointError, load_checkpoint, run_record
 
     run_dir = Path(path).parent.parent
@@ -307,6 +359,7 @@ def check_resume(cfg: DictConfig, path: str) -> None:
     saved = run_record(checkpoint)["run_config"]
     if saved is None:
         return  # a checkpoint written before runs saved their config: the model check remains
+    read_as_made(cfg, saved, RESUME_MAY_CHANGE, given)
     difference = first_difference(cfg, saved, RESUME_MAY_CHANGE)
     if difference is not None:
         key, now, then = difference
@@ -344,10 +397,10 @@ def first_difference(
     return None
 
 
-def replay_record(cfg: DictConfig) -> Any:
+def replay_record(cfg: DictConfig, given: set[str] = frozenset()) -> Any:
     """With replay=RUN: RUN's clock record (seq2seq.training.clock), once the config is
-    checked to be RUN's own (REPLAY_MAY_CHANGE aside) as its last checkpoint recorded it;
-    None without replay."""
+    checked to be RUN's own (REPLAY_MAY_CHANGE aside) as its last checkpoint recorded it, the
+    settings RUN lacks read as off (read_as_made); None without replay."""
     from seq2seq.checkpoint import CheckpointError, load_checkpoint, run_record
     from seq2seq.training.clock import read_record
 
@@ -362,6 +415,7 @@ def replay_record(cfg: DictConfig) -> Any:
         saved = run_record(load_checkpoint(last, mmap=True))["run_config"]
     except CheckpointError as error:
         raise ValueError(f"replay={replay}: {error}: the run's config is read from it") from None
+    read_as_made(cfg, saved or {}, REPLAY_MAY_CHANGE, given)
     difference = first_difference(cfg, saved or {}, REPLAY_MAY_CHANGE)
     if difference is not None:
         key, now, then = difference
