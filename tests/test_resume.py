@@ -328,6 +328,36 @@ def test_sigterm_in_an_epochs_last_batch_stops_after_the_epochs_end_and_resumes_
     assert_resumed_exactly(run_dir, step, uninterrupted)
 
 
+def test_ctrl_c_in_an_epochs_last_batch_stops_after_the_epochs_end_and_resumes_exactly(
+    tmp_path: Path, data_dir: Path, uninterrupted: dict, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C while an epoch's last batch trains, as SIGTERM above: the epoch ends, the run
+    stops after the next batch (Lightning's KeyboardInterrupt, train.py's exit 130) with
+    last.ckpt there, and the resume is exact."""
+    from seq2seq.training.callbacks import InterruptCheckpoint
+
+    last = 2 * EPOCH_STEPS - 1
+    own = InterruptCheckpoint.on_train_batch_start
+
+    def pressed(self, trainer, *args) -> None:
+        if trainer.global_step == last:
+            self._ctrl_c = True  # what its SIGINT handler sets at the first Ctrl-C
+        own(self, trainer, *args)
+
+    monkeypatch.setattr(InterruptCheckpoint, "on_train_batch_start", pressed)
+    cfg = compose_train(tmp_path, data_dir, RUN)
+    with pytest.raises((KeyboardInterrupt, SystemExit)):
+        train(cfg)
+    monkeypatch.undo()
+    run_dir = Path(cfg.paths.output_dir)
+    step = saved_step(run_dir / "checkpoints" / "last.ckpt")
+    assert step == last + 2
+    means = epoch_means(run_dir / "csv" / "version_0" / "metrics.csv")
+    assert sorted(means) == [0, 1]
+    resume_in_process(run_dir, data_dir)
+    assert_resumed_exactly(run_dir, step, uninterrupted)
+
+
 def test_sigterm_during_a_validation_stops_after_it_and_resumes_exactly(
     tmp_path: Path, data_dir: Path, tmp_path_factory, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -239,6 +239,27 @@ def test_a_streamed_run_stopped_by_sigterm_resumes_exactly(
     stopped_in_process_resumes_exactly(tmp_path, data_dir, overrides, monkeypatch, 21, 48)
 
 
+def test_a_streamed_runs_batches_follow_its_seed(tmp_path: Path) -> None:
+    """The data module's stream draws its order from the run's seed (seed_everything's): the
+    same seed gives the same first batches, another seed others."""
+    import lightning as L
+    from hydra.utils import instantiate
+
+    train_file = write_tsv(tmp_path / "train.tsv", range(ROWS))
+    held_out = write_tsv(tmp_path / "held.tsv", range(ROWS, ROWS + 40))
+
+    def first_batches(seed: int) -> list[list[int]]:
+        L.seed_everything(seed)
+        cfg = compose_train(tmp_path, tmp_path / "data", streaming(train_file, held_out))
+        datamodule = instantiate(cfg.data)
+        datamodule.setup()
+        batches = iter(datamodule.train_dataloader())
+        return [next(batches)["src"][:, 0].tolist() for _ in range(3)]
+
+    assert first_batches(1) == first_batches(1)
+    assert first_batches(2) != first_batches(1)
+
+
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
