@@ -546,6 +546,40 @@ def test_the_page_translates_and_draws_the_attention_of_the_chosen_layer_and_hea
     assert (tmp_path / "page.png").read_bytes()[:4] == b"\x89PNG"
 
 
+def test_the_pages_heat_map_is_of_the_output_shown_for_a_beam_model(ckpt, tmp_path: Path) -> None:
+    """A checkpoint whose own search is beam 4 with a length penalty of 5 (long outputs win),
+    on a sentence where that search and greedy search differ: the page shows the beam's output
+    and the attention of that output, not of the greedy one."""
+    import torch
+    from helpers import drive_page
+
+    if not shutil.which("chromium"):
+        if os.environ.get("CI"):
+            pytest.fail("chromium is missing: .ci/run installs it (apt-get install chromium)")
+        pytest.skip("chromium is not installed (apt-get install chromium)")
+    need("playwright")
+    checkpoint = torch.load(ckpt, weights_only=True)
+    checkpoint["hyper_parameters"]["decoding"] |= {"beam_size": 4, "length_penalty": 5.0}
+    beam_ckpt = tmp_path / "beam4.ckpt"
+    torch.save(checkpoint, beam_ckpt)
+    model = ["--ckpt", str(beam_ckpt)]
+    searched = translated(model, SENTENCES)
+    greedy = translated(model, SENTENCES, "--beam", "1")
+    differ = [i for i, (b, g) in enumerate(zip(searched, greedy, strict=True)) if b != g]
+    assert differ, "beam 4 at length penalty 5 gave greedy's outputs: pick another penalty"
+    text = SENTENCES[differ[0]]
+    server = ServeProcess(str(beam_ckpt), "--wait-ms", "0").ready()
+    try:
+        shown = drive_page(server.url, text, tmp_path / "page.png", kind="cross", layer=1, head=0)
+        assert shown["error"] == "" and shown["tgt"] == searched[differ[0]]
+        beam = httpx.post(f"{server.url}/attention", json={"src": text, "beam": 4}).json()
+        first = httpx.post(f"{server.url}/attention", json={"src": text, "beam": 1}).json()
+    finally:
+        server.stop()
+    assert shown["rows"] == beam["tgt_tokens"] != first["tgt_tokens"]
+    assert shown["cells"] == [[f"{v:.4f}" for v in row] for row in beam["cross"][1][0]]
+
+
 def test_bad_serve_options_and_models_are_one_line_before_it_listens(ckpt, tmp_path, capsys):
     import socket
 
