@@ -77,12 +77,12 @@ def test_under_ddp_the_ranks_load_disjoint_shares_of_each_epoch(
 def test_under_ddp_rank_zero_prepares_a_large_corpus_and_each_rank_trains_on_its_own_shard(
     tmp_path: Path, data_dir: Path
 ) -> None:
-    """trainer=ddp_cpu (2 processes) on 10^5 pairs, a real run of one epoch: the other rank
+    """trainer=ddp_cpu (2 processes) on 30,000 pairs, a real run of one epoch: the other rank
     reads rank 0's text splits and tokenizers from the cache instead of making them, both hold
     the same tokenized training split as one process does, and between them they train on
     every pair exactly once, as many steps each."""
     corpus = tmp_path / "pairs.tsv"
-    rows = (f"w{i % 997} v{i // 997}\tW{i % 991} V{i // 991}" for i in range(100_000))
+    rows = (f"w{i % 997} v{i // 997}\tW{i % 991} V{i // 991}" for i in range(30_000))
     corpus.write_text("src\ttgt\n" + "\n".join(rows) + "\n", encoding="utf-8")
     data = [f"data.corpus.train.file={corpus}", "data.tokenizer.vocab_size=300",
             "data.tokenizer.sample=5000", "data.batch_size=2048",
@@ -115,7 +115,7 @@ def test_under_ddp_rank_zero_prepares_a_large_corpus_and_each_rank_trains_on_its
         ranks[0]["train_digest"] == ranks[1]["train_digest"] == split_digest(alone.splits["train"])
     )
     size = ranks[0]["train_size"]
-    assert size == len(alone.splits["train"]) > 90_000
+    assert size == len(alone.splits["train"]) > 27_000
     # Each rank gave out its whole share, as many batches each; none twice, none missed.
     assert all(r["gave_out_all"] for r in ranks)
     assert ranks[0]["batches"] == ranks[1]["batches"] > 1

@@ -547,7 +547,7 @@ def test_the_page_translates_and_draws_the_attention_of_the_chosen_layer_and_hea
 
 
 def test_the_pages_heat_map_is_of_the_output_shown_for_a_beam_model(ckpt, tmp_path: Path) -> None:
-    """A checkpoint whose own search is beam 4 with a length penalty of 5 (long outputs win),
+    """A checkpoint whose own search is beam 4 with a length penalty of 20 (long outputs win),
     on a sentence where that search and greedy search differ: the page shows the beam's output
     and the attention of that output, not of the greedy one."""
     import torch
@@ -559,14 +559,14 @@ def test_the_pages_heat_map_is_of_the_output_shown_for_a_beam_model(ckpt, tmp_pa
         pytest.skip("chromium is not installed (apt-get install chromium)")
     need("playwright")
     checkpoint = torch.load(ckpt, weights_only=True)
-    checkpoint["hyper_parameters"]["decoding"] |= {"beam_size": 4, "length_penalty": 5.0}
+    checkpoint["hyper_parameters"]["decoding"] |= {"beam_size": 4, "length_penalty": 20.0}
     beam_ckpt = tmp_path / "beam4.ckpt"
     torch.save(checkpoint, beam_ckpt)
     model = ["--ckpt", str(beam_ckpt)]
     searched = translated(model, SENTENCES)
     greedy = translated(model, SENTENCES, "--beam", "1")
     differ = [i for i, (b, g) in enumerate(zip(searched, greedy, strict=True)) if b != g]
-    assert differ, "beam 4 at length penalty 5 gave greedy's outputs: pick another penalty"
+    assert differ, "beam 4 at length penalty 20 gave greedy's outputs: pick another penalty"
     text = SENTENCES[differ[0]]
     server = ServeProcess(str(beam_ckpt), "--wait-ms", "0").ready()
     try:
