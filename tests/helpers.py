@@ -34,6 +34,15 @@ TRAINING_SHELL = ("lightning", "lightning_fabric", "pytorch_lightning", "hydra",
                   "torchmetrics")  # fmt: skip
 
 
+def same_scores(got: dict[str, float], expected: dict[str, float]) -> bool:
+    """Two runs' test metrics are the same weights' scores: the same names, each value equal to
+    1e-5 of itself (the same weights read into another process's memory may round their last
+    bits otherwise; the wrong weights, or another search, differ by far more)."""
+    return set(got) == set(expected) and all(
+        got[name] == pytest.approx(value, rel=1e-5, abs=1e-9) for name, value in expected.items()
+    )
+
+
 def small_data(option: str, tmp_path: Path) -> list[str]:
     """Overrides that make data option `option` small enough for a test run."""
     if option in (*SYMBOL_TASKS, "numbers", "dates"):  # generated: the corpus has the sizes

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import compose_train
+from helpers import compose_train, same_scores
 
 from train import train
 
@@ -40,7 +40,7 @@ def test_the_summarys_test_scores_are_a_fresh_evaluation_of_the_checkpoint_teste
     assert tested and Path(tested).is_file()
     again = [*RUN, "train=false", f"ckpt_path={tested}"]
     fresh = train(compose_train(tmp_path / "eval", data_dir, again))
-    assert summary["test"] and fresh["test"] == summary["test"], option
+    assert summary["test"] and same_scores(fresh["test"], summary["test"]), option
 
 
 def test_the_moving_average_is_what_is_tested_not_the_trained_weights(
@@ -59,7 +59,8 @@ def test_the_moving_average_is_what_is_tested_not_the_trained_weights(
     evaluated = train(
         compose_train(tmp_path / "eval", data_dir, [*RUN, "train=false", f"ckpt_path={trained}"])
     )
-    assert evaluated["test"]["test/loss"] != summary["test"]["test/loss"]
+    loss, trained_loss = summary["test"]["test/loss"], evaluated["test"]["test/loss"]
+    assert abs(trained_loss - loss) > 1e-3 * loss, (loss, trained_loss)
 
 
 def test_a_run_shorter_than_its_first_validation_ends_with_its_last_checkpoint(
@@ -80,7 +81,7 @@ def test_a_run_shorter_than_its_first_validation_ends_with_its_last_checkpoint(
     assert differ, "the average is the trained weights"
     fresh = train(compose_train(tmp_path / "eval", data_dir,
                                 [*RUN, "train=false", f"ckpt_path={last}"]))  # fmt: skip
-    assert fresh["test"] == summary["test"]
+    assert same_scores(fresh["test"], summary["test"])
     longer = [*short[:-3], "trainer.max_steps=6", "callbacks=ema", "callbacks.ema.decay=0.5",
               f"resume={summary['run_dir']}"]  # fmt: skip
     train(compose_train(tmp_path, data_dir, longer))

@@ -10,9 +10,10 @@
     GET  /            the page (seq2seq/serve/page.html); FastAPI's /docs
 
 Every error is JSON, {"error": "one line naming the field and the fix"}, with its status: 401
-without the token (where one is set), 413 past the size limits, 422 for a bad request, 501 for
-attention from an export, 503 when the queue is full or the server is stopping, 504 past the
-deadline.
+without the token (where one is set), 408 for a body still arriving at the deadline, 413 past
+the size limits (sentences, characters, beam, the body, a search's memory), 422 for a bad
+request (invalid text included), 501 for attention from an export, 503 when the queue is full
+or the server is stopping, 504 past the deadline.
 """
 
 from __future__ import annotations

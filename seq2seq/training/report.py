@@ -27,7 +27,11 @@ def report(summary: dict[str, Any], datamodule: Any, model_config: Any) -> None:
     files = RunDir(run_dir)
     files.summary.write_text(json.dumps(summary, indent=2))
     log.info("Run directory:   %s", run_dir)
-    log.info("Best checkpoint: %s", summary["best_checkpoint"])
+    if summary["best_checkpoint"] or not summary["last_checkpoint"]:
+        log.info("Best checkpoint: %s", summary["best_checkpoint"])
+    else:  # a run shorter than its first validation: its last checkpoint is what it leaves
+        log.info("Best checkpoint: none (no validation ranked one)")
+        log.info("Last checkpoint: %s (tested)", summary["last_checkpoint"])
     for name, value in summary["test"].items():
         signature = summary["signatures"].get(name.split("/")[-1])
         log.info("%-16s %.4f%s", name + ":", value, f"  ({signature})" if signature else "")
