@@ -81,8 +81,8 @@ class ExportedModel:
         """Per source row of token ids, a list of (score, token ids) pairs, best first: the
         search translate asks for, as CTranslate2's options. max_len: one for every row, or one
         a row (CTranslate2 takes one a call: the rows are searched in a call a limit). stop is
-        asked before each call (CTranslate2 cannot be stopped within one): True raises
-        SearchStopped."""
+        asked before each call, and after every token of a greedy or sampled one (CTranslate2
+        asks no callback within a beam search): True raises SearchStopped."""
         if stop is not None and stop():
             raise SearchStopped("the search was stopped before CTranslate2's call")
         if isinstance(max_len, list):
@@ -111,7 +111,13 @@ class ExportedModel:
                 beam_size=search.decoding.beam_size, num_hypotheses=search.n_best,
                 length_penalty=search.decoding.length_penalty,
             )  # fmt: skip
+        if stop is not None and options.get("beam_size", 1) == 1:
+            # CTranslate2 asks this after every token of a greedy or sampled search (not of a
+            # beam search); True ends that sentence's search, and the call raises below.
+            options["callback"] = lambda step: stop()
         results = self.translator.translate_batch(source, **options)
+        if stop is not None and stop():
+            raise SearchStopped("the search was stopped during CTranslate2's call")
         return [
             [
                 (score, [self._tgt_ids[token] for token in tokens])

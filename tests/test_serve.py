@@ -378,6 +378,28 @@ def test_the_export_serves_what_translate_model_prints(ckpt, tmp_path: Path) -> 
         assert error.startswith("attention needs the checkpoint: serve it with")
 
 
+def test_an_exports_greedy_search_stops_between_its_tokens(ckpt, tmp_path: Path) -> None:
+    """CTranslate2 asks the stop after every token of a greedy search: a 40-token output is
+    given up after the third, not finished."""
+    need("ctranslate2")
+    from seq2seq.core.decoding import SearchStopped
+    from seq2seq.export import export
+
+    engine = Engine(model_dir=str(export(ckpt, tmp_path / "ct2")))
+    settings = Settings(beam=1)
+    search = engine.search(settings)
+    sentences = engine.encode([" ".join("7" * 40)], settings, search)
+    asked: list[int] = []
+
+    def stop() -> bool:
+        asked.append(1)
+        return len(asked) > 3
+
+    with pytest.raises(SearchStopped):
+        engine.generate(sentences, search, stop=stop)
+    assert len(asked) < 10, len(asked)
+
+
 # --- real servers on loopback ------------------------------------------------------------------
 
 
@@ -593,6 +615,16 @@ def test_bad_serve_options_and_models_are_one_line_before_it_listens(ckpt, tmp_p
         "error: give a checkpoint (CKPT) or an export (--model DIR), one of them "
         "(see python -m seq2seq.serve --help)"
     ]
+    for argv, message in (
+        (["--max-beam", "0"], "--max-beam must be at least 1, got 0"),
+        (["--max-body", "0"], "--max-body must be at least 1, got 0"),
+        (["--max-search-mb", "-1"], "--max-search-mb must be positive, got -1"),
+    ):
+        with pytest.raises(SystemExit) as stop:
+            cli.main([ckpt, *argv])
+        assert stop.value.code == 2
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert line.startswith(f"error: {message}"), line
     for argv, message in (
         ([str(tmp_path / "none.ckpt")], f"error: checkpoint {tmp_path / 'none.ckpt'} does not"),
         (["--model", str(tmp_path)], f"error: --model {tmp_path} is not a seq2seq export"),

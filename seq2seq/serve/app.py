@@ -35,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from seq2seq import checks
+from seq2seq.core.decoding import SearchStopped
 from seq2seq.serve.batcher import Batcher, Job
 from seq2seq.serve.engine import Engine, RequestError, Settings
 
@@ -166,19 +167,22 @@ def create_app(
                 status=503,
             )
         state["batcher"].submit(job)
+        late = RequestError(
+            f"no answer within the server's --timeout of {limits.timeout_s:g} s: send "
+            "fewer or shorter sentences, or try again when the server is less busy",
+            status=504,
+        )
         while True:
             left = limits.timeout_s - (time.monotonic() - started)
             if left <= 0:
                 job.cancelled = True
-                raise RequestError(
-                    f"no answer within the server's --timeout of {limits.timeout_s:g} s: send "
-                    "fewer or shorter sentences, or try again when the server is less busy",
-                    status=504,
-                )
+                raise late
             # The answer wakes this at once; the timeout only looks for a client gone away.
             done, _ = await asyncio.wait({job.future}, timeout=min(left, 0.25))
             if done:
                 failure = job.future.exception()
+                if isinstance(failure, SearchStopped):  # the worker saw the deadline first
+                    raise late
                 if failure is not None:  # logged by the worker; the server goes on
                     detail = " ".join(str(failure).split())[:300]
                     raise RequestError(f"the search failed: {detail}", status=500)
