@@ -42,8 +42,8 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
 # first (xdist hands out modules in collection order: pyproject's --no-loadscope-reorder), so
 # the suite does not end with one worker on one of them while the others idle.
 LONG_MODULES = [
-    "test_resume.py", "test_scale.py", "test_train.py", "test_export.py", "test_serve_attacks.py",
-    "test_shipped_corpus.py", "test_tested_checkpoint.py",
+    "test_scale.py", "test_train.py", "test_export.py", "test_resume.py", "test_shipped_corpus.py",
+    "test_serve_attacks.py", "test_tested_checkpoint.py",
 ]  # fmt: skip
 
 
