@@ -32,6 +32,8 @@ class InterruptCheckpoint(Checkpoint):
 
     Both signals stop at the end of the current training batch, where the periodic checkpoints
     save: saved mid-batch, the batch the loader has already fetched would be skipped on resume.
+    This callback holds SIGTERM through training and hands it to Lightning at a batch's end, so
+    a signal that comes at any moment stops there.
     Lightning does this for SIGTERM; for Ctrl-C this callback catches SIGINT during training
     (one process only; a second Ctrl-C stops at once, mid-batch, saving the last finished step).
     A signal in an epoch's last batch, or a SIGTERM during a validation in fit, stops after the
@@ -53,19 +55,25 @@ class InterruptCheckpoint(Checkpoint):
         self._saved = False
         self._ctrl_c = False
         self._sigterm_waits = False  # a SIGTERM in an epoch's last batch, for after its end
-        self._sigterm_held = False  # a SIGTERM during a validation, for after it
+        self._sigterm_held = False  # a SIGTERM not yet handed to Lightning
         self._previous_handler: Any = None
         self._previous_sigterm: Any = None  # Lightning's SIGTERM handler, during a validation
+        self._training_sigterm: Any = None  # Lightning's SIGTERM handler, during training
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
-        self._saved = self._ctrl_c = self._sigterm_waits = False
-        ours_to_take = (
+        self._saved = self._ctrl_c = self._sigterm_waits = self._sigterm_held = False
+        one_process = (
             trainer.world_size == 1  # under DDP the ranks would stop at different batches
             and threading.current_thread() is threading.main_thread()
-            and signal.getsignal(signal.SIGINT) is signal.default_int_handler
         )
-        if ours_to_take:
+        if one_process and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
             self._previous_handler = signal.signal(signal.SIGINT, self._on_ctrl_c)
+        if one_process:
+            # SIGTERM is held here and handed to Lightning at the next batch's end: Lightning's
+            # own handler, reached after this callback's check at a batch's end but before
+            # the batch's last hooks, stopped the run between two batches, where the saved
+            # checkpoint resumed with every later step logged one off.
+            self._training_sigterm = signal.signal(signal.SIGTERM, self._hold_sigterm)
 
     def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
         ours_to_take = (
@@ -102,6 +110,9 @@ class InterruptCheckpoint(Checkpoint):
             self._sigterm(trainer, True)
 
     def on_train_batch_end(self, trainer: Any, *args: Any, **kwargs: Any) -> None:
+        if self._sigterm_held:  # it came during this batch (or after the last one's end)
+            self._sigterm_held = False
+            trainer._signal_connector.received_sigterm = True  # as Lightning's handler sets it
         if last_batch(trainer) and trainer.world_size == 1 and not self._saved:
             if trainer.received_sigterm:  # Lightning would stop in the epoch's end
                 self._sigterm(trainer, False)
@@ -118,6 +129,9 @@ class InterruptCheckpoint(Checkpoint):
 
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
         self._restore_handler()
+        self._restore_training_sigterm()
+        if self._sigterm_held:  # it came after the last batch's end: as in the last batch
+            self._sigterm_held, self._sigterm_waits = False, True
         if self._sigterm_waits:  # it came in the last batch: training is over, the test stops
             self._sigterm(trainer, True)
             self._save(trainer, "SIGTERM")
@@ -134,6 +148,7 @@ class InterruptCheckpoint(Checkpoint):
     def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
         self._restore_handler()
         self._restore_sigterm()
+        self._restore_training_sigterm()
         if self._saved:
             return
         if isinstance(exception, KeyboardInterrupt):  # mid-batch: the last finished step
@@ -160,9 +175,16 @@ class InterruptCheckpoint(Checkpoint):
                 what, trainer.global_step, self.ckpt_path, run_dir,
             )  # fmt: skip
 
+    def _restore_training_sigterm(self) -> None:
+        if self._training_sigterm is not None:
+            if signal.getsignal(signal.SIGTERM) == self._hold_sigterm:
+                signal.signal(signal.SIGTERM, self._training_sigterm)
+            self._training_sigterm = None
+
     def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
         self._restore_handler()  # the file is the run's last.ckpt: keep it
         self._restore_sigterm()
+        self._restore_training_sigterm()
 
 
 class TimeBudget(Callback):
