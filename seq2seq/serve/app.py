@@ -223,13 +223,14 @@ def create_app(
         sentences = engine.encode(texts, settings, search)
         # The largest search this request can make: its longest sentences, a batch of them.
         longest = sorted(sentences, key=lambda s: (len(s.ids), s.limit), reverse=True)
-        need = engine.search_bytes(longest[: limits.max_batch], search) / 2**20
+        batch = longest[: limits.max_batch]
+        need = engine.search_bytes(batch, search) / 2**20
         if need > limits.max_search_mb:
             raise RequestError(
                 f"this search would hold about {need:,.0f} MB (beam "
-                f"{search.decoding.beam_size}, {len(longest[: limits.max_batch])} sentence(s) "
-                f"of up to {len(longest[0].ids)} tokens, outputs of up to "
-                f"{max(s.limit for s in longest)} tokens), more than this server's "
+                f"{search.decoding.beam_size}, {len(batch)} sentence(s) "
+                f"of up to {len(batch[0].ids)} tokens, outputs of up to "
+                f"{max(s.limit for s in batch)} tokens), more than this server's "
                 f"--max-search-mb {limits.max_search_mb:g}: send fewer or shorter sentences, "
                 "a narrower beam or a smaller max_len",
                 status=413,
