@@ -55,6 +55,7 @@ class ExportedModel:
         tgt_tokens = token_strings(self.tgt_vocab)
         _check_matches_model(path, "src", self._src_tokens)
         _check_matches_model(path, "tgt", tgt_tokens)
+        self._tgt_tokens = tgt_tokens
         self._tgt_ids = {token: i for i, token in enumerate(tgt_tokens)}
         kind, _, index = device.partition(":")
         if kind not in ("cpu", "cuda") or (index and not index.isdigit()):
@@ -77,19 +78,28 @@ class ExportedModel:
         max_len: int | list[int],
         search: Search,
         stop: Callable[[], bool] | None = None,
+        prefixes: list[list[int]] | None = None,
+        allowed: list[list[int] | None] | None = None,
     ) -> list[list[tuple]]:
         """Per source row of token ids, a list of (score, token ids) pairs, best first: the
         search translate asks for, as CTranslate2's options. max_len: one for every row, or one
         a row (CTranslate2 takes one a call: the rows are searched in a call a limit). stop is
         asked before each call, and after every token of a greedy or sampled one (CTranslate2
-        asks no callback within a beam search): True raises SearchStopped."""
+        asks no callback within a beam search): True raises SearchStopped. prefixes: the
+        tokens each output begins with (CTranslate2's target_prefix); `allowed` (a healed
+        prefix's next tokens) it cannot take."""
+        if allowed is not None and any(a is not None for a in allowed):
+            raise ValueError("CTranslate2 cannot restrict a step's tokens: send heal false")
         if stop is not None and stop():
             raise SearchStopped("the search was stopped before CTranslate2's call")
         if isinstance(max_len, list):
             out: list[list[tuple]] = [[] for _ in rows]
             for limit in sorted(set(max_len)):
                 indices = [i for i, own in enumerate(max_len) if own == limit]
-                found = self.generate([rows[i] for i in indices], limit, search, stop)
+                found = self.generate(
+                    [rows[i] for i in indices], limit, search, stop,
+                    None if prefixes is None else [prefixes[i] for i in indices],
+                )  # fmt: skip
                 for i, hyps in zip(indices, found, strict=True):
                     out[i] = hyps
             return out
@@ -115,6 +125,8 @@ class ExportedModel:
             # CTranslate2 asks this after every token of a greedy or sampled search (not of a
             # beam search); True ends that sentence's search, and the call raises below.
             options["callback"] = lambda step: stop()
+        if prefixes is not None and any(prefixes):
+            options["target_prefix"] = [[self._tgt_tokens[i] for i in row] for row in prefixes]
         results = self.translator.translate_batch(source, **options)
         if stop is not None and stop():
             raise SearchStopped("the search was stopped during CTranslate2's call")
@@ -125,6 +137,16 @@ class ExportedModel:
             ]
             for result in results
         ]
+
+    def score(self, rows: list[list[int]], targets: list[list[int]]) -> list[list[float]]:
+        """Per (source, target) pair, the log-probability of each target token and of the
+        EOS after them: CTranslate2's score_batch."""
+        results = self.translator.score_batch(
+            [[self._src_tokens[i] for i in row] for row in rows],
+            [[self._tgt_tokens[i] for i in target] for target in targets],
+            max_input_length=0,
+        )
+        return [list(result.log_probs) for result in results]
 
 
 def read_export(path: Path) -> dict[str, Any]:

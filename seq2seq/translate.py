@@ -6,46 +6,40 @@
     python -m seq2seq.translate --ckpt best.ckpt --sample --top-p 0.9 --seed 1 "3 1 4"
     python -m seq2seq.translate --model model-ct2 --beam 4 "3 1 4"   # a seq2seq.export
 
+    python -m seq2seq.translate --ckpt best.ckpt --prefix "The man" "Der Mann ist da."
+    python -m seq2seq.translate --ckpt best.ckpt --input src.txt --score refs.txt --tokens
+
 Outputs come in input order. Empty input lines give empty output lines. With --n-best N > 1,
-each input gives N lines "INDEX<TAB>SCORE<TAB>OUTPUT", best first. --model translates with
-CTranslate2 (pip install -e ".[export]"): same tokenizers, options and output.
+each input gives N lines "INDEX<TAB>SCORE<TAB>OUTPUT", best first. --prefix: the output begins
+with that text and the search goes on from it. --score REF_FILE scores the given translations
+(forced decoding): "SCORE<TAB>LOGPROB<TAB>MEAN" a line, SCORE as beam search ranks (its length
+penalty), LOGPROB the total log-probability (the end of the sentence counted), MEAN its
+per-token mean; --tokens gives JSON with each token's log-probability. --model translates
+with CTranslate2 (pip install -e ".[export]"): same tokenizers, options and output.
 """
 
 from __future__ import annotations
 
 import argparse
-import math
+import json
 import sys
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import torch
-from torch import Tensor
 
-from seq2seq.checkpoint import load_module
 from seq2seq.cli import ArgumentParser, run_tool
-from seq2seq.core.decoding import (
-    DecodingConfig,
-    Sampling,
-    Search,
-    beam_search,
-    greedy_decode,
-    sample_decode,
+from seq2seq.data.tokenizer import text_lines
+from seq2seq.inference import (
+    TRANSLATE_BATCH,
+    Engine,
+    RequestError,
+    add_arguments,
+    check,
+    flag_name,
+    settings_from_args,
 )
-from seq2seq.data.tokenizer import clean, text_lines
-
-MIN_TEMPERATURE = 1e-4  # sampling's: a logit of 50 over 1e-37 is past float32's largest
-MAX_SEED = 2**32 - 1  # CTranslate2's set_random_seed takes an unsigned 32-bit integer
-
-
-@dataclass
-class Encoded:
-    """One non-empty input line as token ids, with what went wrong on the way."""
-
-    index: int  # 0-based position in the input
-    ids: list[int]
-    unknown: int  # how many tokens mapped to <unk>
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -59,81 +53,51 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     model.add_argument("--ckpt", help="a checkpoint written by train.py")
     model.add_argument("--model", help="a CTranslate2 directory written by seq2seq.export")
     parser.add_argument("--input", help="a file with one input a line ('-': standard input)")
+    add_arguments(parser)  # the search settings: seq2seq/inference.py declares them
     parser.add_argument(
-        "--beam", type=int, default=None,
-        help="beam width (1: greedy; default: the model's own, its model.decoding.beam_size)",
-    )  # fmt: skip
-    parser.add_argument("--n-best", type=int, default=1, help="outputs per input (<= --beam)")
+        "--prefix-file", help="one prefix a line, for the input on the same line ('': none)"
+    )
     parser.add_argument(
-        "--length-penalty", type=float, default=None,
-        help="beam search ranks by log-probability / length ** this (default: the model's own)",
+        "--score", metavar="REF_FILE",
+        help="score the translations in REF_FILE (one a line, for the input on the same line) "
+        "instead of translating: SCORE<TAB>LOGPROB<TAB>MEAN a line",
     )  # fmt: skip
     parser.add_argument(
-        "--max-len", type=int, default=None,
-        help="most new tokens per output (default: the model's rule, a * source length + b)",
+        "--tokens", action="store_true",
+        help="with --score: one JSON object a line, each target token with its log-probability",
     )  # fmt: skip
-    parser.add_argument("--sample", action="store_true", help="sample instead of searching")
-    parser.add_argument("--temperature", type=float, default=1.0)
-    parser.add_argument("--top-k", type=int, default=0)
-    parser.add_argument("--top-p", type=float, default=1.0)
-    parser.add_argument("--seed", type=int, default=0, help="for --sample")
-    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--batch-size", type=int, default=TRANSLATE_BATCH)
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, mps")
     parser.add_argument(
         "--compute-type", default=None,
         help="--model only: CTranslate2's compute type (default: the export's; e.g. int8)",
     )  # fmt: skip
-    parser.add_argument(
-        "--truncate", action="store_true", help="cut inputs longer than the model accepts"
-    )
     parser.add_argument("--debug", action="store_true", help="show an error's traceback")
     args = parser.parse_args(argv)
     problem = option_error(args)
     if problem:
         parser.error(problem)
+    try:
+        check(settings_from_args(args), flag_name)
+    except RequestError as error:
+        parser.error(str(error))
     return args
 
 
 def option_error(args: argparse.Namespace) -> str | None:
-    """What is wrong with translate's options, in one line; None if nothing (both backends
-    get only options they can run)."""
-    for name in ("beam", "n_best", "batch_size", "max_len"):
-        value = getattr(args, name)
-        if value is not None and value < 1:
-            return f"--{name.replace('_', '-')} must be at least 1, got {value}"
-    if args.sample and ((args.beam or 1) > 1 or args.n_best > 1):
-        return "--sample draws one output per input: drop --beam and --n-best"
-    if args.beam is not None and args.n_best > args.beam:
-        return f"--n-best {args.n_best} needs a beam at least as wide: add --beam {args.n_best}"
-    if args.length_penalty is not None and not math.isfinite(args.length_penalty):
-        return f"--length-penalty must be a finite number, got {args.length_penalty}"
-    if not (math.isfinite(args.temperature) and args.temperature > 0):
-        return f"--temperature must be a positive number, got {args.temperature}"
-    if args.temperature < MIN_TEMPERATURE:  # the logits over it would overflow float32
-        return (
-            f"--temperature must be at least {MIN_TEMPERATURE:g}, got {args.temperature:g}: "
-            "for the most likely tokens, drop --sample (greedy search)"
-        )
-    if args.top_k < 0:
-        return f"--top-k must be 0 (all tokens) or more, got {args.top_k}"
-    if not 0 < args.top_p <= 1:
-        return f"--top-p must be in (0, 1], got {args.top_p}"
-    if not 0 <= args.seed <= MAX_SEED:
-        return f"--seed must be in 0-{MAX_SEED} (both backends take 32 bits), got {args.seed}"
+    """What is wrong with translate's own options (the search settings are checked as every
+    request's are, by the Engine), in one line; None if nothing."""
+    if args.batch_size < 1:
+        return f"--batch-size must be at least 1, got {args.batch_size}"
     if args.compute_type is not None and args.ckpt:
         return "--compute-type is for a CTranslate2 --model; drop it with --ckpt"
+    if args.prefix is not None and args.prefix_file is not None:
+        return "--prefix is one text for every input, --prefix-file one a line: give one"
+    if args.tokens and args.score is None:
+        return "--tokens shows the tokens of scored translations: add --score REF_FILE"
+    if args.score is not None and (args.prefix is not None or args.prefix_file is not None):
+        return "--score scores whole translations: drop --prefix and --prefix-file"
     return None
-
-
-def search_for(args: argparse.Namespace, saved: DecodingConfig) -> Search:
-    """The search the options ask for; what they leave out is the model's own, as it was
-    tested (its beam width, widened to --n-best; its length penalty; its length rule)."""
-    if args.sample:
-        sampling = Sampling(args.temperature, args.top_k, args.top_p)
-        return Search(replace(saved, beam_size=1), sampling=sampling)
-    beam = args.beam if args.beam is not None else max(saved.beam_size, args.n_best)
-    penalty = saved.length_penalty if args.length_penalty is None else args.length_penalty
-    return Search(replace(saved, beam_size=beam, length_penalty=penalty), n_best=args.n_best)
 
 
 def read_inputs(args: argparse.Namespace) -> list[str]:
@@ -141,153 +105,72 @@ def read_inputs(args: argparse.Namespace) -> list[str]:
     if args.texts:
         return list(args.texts)
     if args.input and args.input != "-":
-        if not Path(args.input).is_file():
-            raise ValueError(
-                f"--input {args.input} is not a file: give a file with one input a line"
-            )
-        return text_lines(Path(args.input).read_bytes(), args.input)
+        return read_file(args.input, "--input", "one input a line")
     return text_lines(sys.stdin.buffer.read(), "standard input")
 
 
-def encode_inputs(lines: list[str], vocab, max_positions: int, truncate: bool) -> list[Encoded]:
-    """Token ids of every non-empty line; too-long lines fail (or are cut with --truncate)."""
-    encoded = []
-    for index, line in enumerate(lines):
-        text = clean(line)
-        if not text:
-            continue
-        ids = vocab.encode(text)
-        if len(ids) > max_positions:
-            if not truncate:
-                raise ValueError(
-                    f"input line {index + 1} has {len(ids)} tokens, more than the model's "
-                    f"{max_positions}; shorten it or pass --truncate"
-                )
-            ids = ids[:max_positions]
-        encoded.append(Encoded(index, ids, sum(i == vocab.unk_id for i in ids)))
-    return encoded
+def read_file(path: str, flag: str, what: str) -> list[str]:
+    if not Path(path).is_file():
+        raise ValueError(f"{flag} {path} is not a file: give a file with {what}")
+    return text_lines(Path(path).read_bytes(), path)
 
 
-def batches(items: list[Encoded], size: int) -> Iterator[list[Encoded]]:
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
-
-
-def pad(rows: list[list[int]], pad_id: int, device: torch.device) -> Tensor:
-    width = max(len(r) for r in rows)
-    return torch.tensor([r + [pad_id] * (width - len(r)) for r in rows], device=device)
-
-
-class CheckpointModel:
-    """translate's --ckpt path: the checkpoint's model, searching with seq2seq.core.decoding.
-
-    It shares ExportedModel's interface (src_vocab, tgt_vocab, max_positions, decoding,
-    generate), so translate runs one way for both.
-    """
-
-    def __init__(self, path: str, device: str = "cpu", seed: int = 0) -> None:
-        self.device = torch_device(device)
-        self.module = load_module(path, map_location=self.device)
-        self.src_vocab, self.tgt_vocab = self.module.src_vocab, self.module.tgt_vocab
-        self.max_positions = self.module.config.max_positions
-        self.decoding = self.module.decoding
-        self.generator = torch.Generator(device=self.device).manual_seed(seed)
-
-    def generate(
-        self,
-        rows: list[list[int]],
-        max_len: int | list[int],
-        search: Search,
-        stop: Callable[[], bool] | None = None,
-    ) -> list:
-        """Per source row of token ids, a list of (score, token ids) pairs, best first; at
-        most max_len tokens (one for every row, or one a row). stop is asked before every step:
-        True raises SearchStopped."""
-        model, src = self.module.model, pad(rows, self.src_vocab.pad_id, self.device)
-        if isinstance(max_len, list):
-            max_len = torch.tensor(max_len, device=self.device)
-        if search.sampling is not None:
-            s = search.sampling
-            out = sample_decode(
-                model, src, max_len, s.temperature, s.top_k, s.top_p, self.generator, stop
-            )
-            return [[(float("nan"), row)] for row in out.tolist()]
-        beam, penalty = search.decoding.beam_size, search.decoding.length_penalty
-        if beam == 1:
-            found = greedy_decode(model, src, max_len, stop=stop)
-            return [[(float("nan"), row)] for row in found.tolist()]
-        tokens, scores = beam_search(model, src, max_len, beam, penalty, search.n_best, stop)
-        return [
-            list(zip(s, t, strict=True))
-            for s, t in zip(scores.tolist(), tokens.tolist(), strict=True)
-        ]
-
-
-def output_limit(
-    source_length: int, search: Search, max_positions: int, max_len: int | None = None
-) -> int:
-    """Most tokens one input's output may have: --max-len, else the model's rule for the
-    input's own length (so an output never depends on the inputs batched with it), and never
-    more than the model's positions."""
-    limit = search.decoding.max_len(source_length, max_positions)
-    return min(max_len or limit, max_positions)
-
-
-def torch_device(name: str) -> torch.device:
-    """--device as a torch device that exists here, or a one-line error."""
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        raise ValueError(f"--device must be cpu, cuda, cuda:N or mps, got {name!r}") from None
-    available = {
-        "cpu": True,
-        "cuda": torch.cuda.is_available()
-        and (device.index is None or device.index < torch.cuda.device_count()),
-        "mps": torch.backends.mps.is_available(),
-    }
-    if not available.get(device.type, False):
-        raise ValueError(f"--device {name}: no such device on this machine; use --device cpu")
-    return device
-
-
-def load_model(args: argparse.Namespace):
+def load_model(args: argparse.Namespace) -> Engine:
     """The --ckpt or --model to translate with."""
-    if args.ckpt:
-        return CheckpointModel(args.ckpt, args.device, args.seed)
-    from seq2seq.exported import ExportedModel  # imports CTranslate2, an optional extra
-
-    return ExportedModel(
-        args.model, args.device, args.compute_type or "default", torch.get_num_threads(),
-        args.seed,
-    )  # fmt: skip
+    return Engine(
+        args.ckpt, args.model, args.device, args.compute_type, torch.get_num_threads(), args.seed
+    )
 
 
 def translate(args: argparse.Namespace) -> list[str]:
-    """The output lines for the inputs, in order."""
-    model = load_model(args)
+    """The output lines for the inputs, in order (or, with --score, the scores' lines)."""
+    engine = load_model(args)
     lines = read_inputs(args)
-    encoded = encode_inputs(lines, model.src_vocab, model.max_positions, args.truncate)
-    for item in encoded:
-        if item.unknown:
+    settings = settings_from_args(args)
+    if args.prefix_file is not None:
+        prefixes = read_file(args.prefix_file, "--prefix-file", "one prefix a line")
+        if len(prefixes) != len(lines):
+            raise ValueError(
+                f"--prefix-file has {len(prefixes)} lines for {len(lines)} inputs: give one "
+                "prefix a line (an empty line for none)"
+            )
+        settings = replace(settings, prefix=prefixes)
+    search = engine.search(settings, flag_name)
+    sentences = engine.encode(
+        lines, settings, search, lambda i: f"input line {i + 1}", flag_name
+    )  # fmt: skip
+    for index, sentence in enumerate(sentences):
+        if sentence.unknown:
             print(
-                f"warning: input line {item.index + 1}: {item.unknown} unknown token(s) "
+                f"warning: input line {index + 1}: {sentence.unknown} unknown token(s) "
                 "mapped to <unk>",
                 file=sys.stderr,
             )
-    search = search_for(args, model.decoding)
-    results: dict[int, list[tuple]] = {}
-    for batch in batches(encoded, args.batch_size):
-        rows = [item.ids for item in batch]
-        limits = [output_limit(len(row), search, model.max_positions, args.max_len) for row in rows]
-        for item, hyps in zip(batch, model.generate(rows, limits, search), strict=True):
-            results[item.index] = hyps
+    if args.score is not None:
+        return scored(engine, args, sentences, search)
+    found = engine.generate(sentences, search, batch_size=args.batch_size)
     out = []
-    for index in range(len(lines)):
-        hyps = results.get(index, [(float("nan"), [])] * args.n_best)
+    for index, hyps in enumerate(found):
         for score, ids in hyps:
-            text = model.tgt_vocab.decode(ids)
+            text = engine.text(ids)
             out.append(text if args.n_best == 1 else f"{index}\t{score:.4f}\t{text}")
     return out
+
+
+def scored(engine: Engine, args: argparse.Namespace, sentences: list, search) -> list[str]:
+    """--score: a line a pair, SCORE, LOGPROB and MEAN tab-separated (or JSON with
+    --tokens)."""
+    references = read_file(args.score, "--score", "one translation a line")
+    if len(references) != len(sentences):
+        raise ValueError(
+            f"--score {args.score} has {len(references)} lines for {len(sentences)} inputs: "
+            "give one translation a line, for the input on the same line"
+        )
+    targets = engine.targets(references, sentences, where=lambda i: f"--score line {i + 1}")
+    results = engine.score(sentences, targets, search, batch_size=args.batch_size)
+    if args.tokens:
+        return [json.dumps(r, ensure_ascii=False) for r in results]
+    return [f"{r['score']:.6f}\t{r['logprob']:.6f}\t{r['mean']:.6f}" for r in results]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -103,11 +103,11 @@ def test_translate_searches_as_the_checkpoint_says_unless_told(
     torch.save(checkpoint, tmp_path / "beam4.ckpt")
     searched = []
 
-    def spy(model, src, max_len, beam_size, length_penalty, n_best=1, stop=None):
+    def spy(model, src, max_len, beam_size, length_penalty, n_best=1, *more):
         searched.append((beam_size, length_penalty, n_best))
-        return beam_search(model, src, max_len, beam_size, length_penalty, n_best, stop)
+        return beam_search(model, src, max_len, beam_size, length_penalty, n_best, *more)
 
-    monkeypatch.setattr(translate_cli, "beam_search", spy)
+    monkeypatch.setattr("seq2seq.inference.beam_search", spy)
     for options in ([], ["--beam", "2", "--length-penalty", "1.0"], ["--n-best", "5"]):
         assert translate_cli.main(["--ckpt", str(tmp_path / "beam4.ckpt"), *options, "3 1"]) == 0
     assert searched == [(4, 0.6, 1), (2, 1.0, 1), (5, 0.6, 5)]

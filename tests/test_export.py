@@ -31,7 +31,7 @@ from seq2seq.core.decoding import DecodingConfig, Search, beam_search, greedy_de
 from seq2seq.export import export, model_spec, token_strings, write_export
 from seq2seq.exported import ExportedModel
 from seq2seq.training.module import Seq2SeqModule
-from seq2seq.translate import pad
+from seq2seq.inference import pad
 from train import train
 
 CPU = torch.device("cpu")

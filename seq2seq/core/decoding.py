@@ -27,10 +27,12 @@ __all__ = [
     "DECODING_KEYS",
     "Decodes",
     "DecodingConfig",
+    "Prefix",
     "Sampling",
     "Search",
     "SearchStopped",
     "beam_search",
+    "forced_log_probs",
     "generate",
     "greedy_decode",
     "sample_decode",
@@ -158,6 +160,88 @@ def _next_token_logits(
     return logits.index_fill(-1, never, float("-inf"))
 
 
+@dataclass(frozen=True)
+class Prefix:
+    """Target tokens each row's output must begin with (its tokens are forced: every other
+    token gets -inf), and, optionally, the only tokens the step after them may take (a row of
+    `allowed`; seq2seq.inference heals a prefix's last token so). The forced tokens keep their
+    own log-probabilities: a search's score counts them, as a forced decoding of them would.
+
+    tokens: (B, P) ids, padded after a row's own prefix; lengths: (B,); allowed: (B, V) bool,
+    or None (every token). A row of length 0 and all-True allowed is free.
+    """
+
+    tokens: Tensor
+    lengths: Tensor
+    allowed: Tensor | None = None
+
+    @classmethod
+    def of(
+        cls,
+        rows: list[list[int]],
+        allowed: list[list[int] | None] | None,
+        vocab_size: int,
+        pad_id: int,
+        device: torch.device,
+    ) -> Prefix:
+        """From per-row lists: each row's forced ids, and the ids its next step may take (None:
+        any)."""
+        width = max((len(r) for r in rows), default=0)
+        tokens = torch.full((len(rows), max(width, 1)), pad_id, dtype=torch.long, device=device)
+        for i, row in enumerate(rows):
+            tokens[i, : len(row)] = torch.tensor(row, dtype=torch.long, device=device)
+        lengths = torch.tensor([len(r) for r in rows], dtype=torch.long, device=device)
+        mask = None
+        if allowed is not None and any(a is not None for a in allowed):
+            mask = torch.ones(len(rows), vocab_size, dtype=torch.bool, device=device)
+            for i, ids in enumerate(allowed):
+                if ids is not None:
+                    mask[i] = False
+                    mask[i, ids] = True
+        return cls(tokens, lengths, mask)
+
+    def rows(self, which: Tensor) -> Prefix:
+        """The prefixes of the rows `which` (a search whose finished sources leave it)."""
+        allowed = None if self.allowed is None else self.allowed[which]
+        return Prefix(self.tokens[which], self.lengths[which], allowed)
+
+    def constrain(self, scores: Tensor, position: int) -> Tensor:
+        """scores (B, V) or (B, K, V) for output position `position` (0: the first token), with
+        what the prefix rules out at -inf."""
+        vocab = scores.size(-1)
+        keep = torch.ones(scores.size(0), vocab, dtype=torch.bool, device=scores.device)
+        if self.allowed is not None:
+            keep = torch.where((self.lengths == position)[:, None], self.allowed, keep)
+        if position < self.tokens.size(1):
+            forced = self.lengths > position
+            only = torch.nn.functional.one_hot(self.tokens[:, position], vocab).bool()
+            keep = torch.where(forced[:, None], only, keep)
+        if scores.dim() == 3:
+            keep = keep[:, None, :]
+        return scores.masked_fill(~keep, float("-inf"))
+
+
+@torch.inference_mode()
+def forced_log_probs(model: Seq2SeqTransformer, src: Tensor, tgt: Tensor) -> Tensor:
+    """Forced decoding: the log-probability of each target token given the source and the
+    target tokens before it, as the searches compute it (<pad> and <bos> ruled out).
+
+    Args:
+        src: (B, S) source ids, padded.
+        tgt: (B, T) target ids without BOS, padded after each row's last token (end a row
+            with EOS to score a whole output, as a search that ended would).
+
+    Returns:
+        (B, T) log-probabilities, 0 at padding: a row's sum is its total log-probability.
+    """
+    cfg = model.config
+    bos = torch.full((tgt.size(0), 1), cfg.bos_id, dtype=torch.long, device=tgt.device)
+    logits = model(src, torch.cat([bos, tgt[:, :-1]], dim=1))
+    logits = logits.index_fill(-1, _never_outputs(model, src.device), float("-inf"))
+    token = logits.float().log_softmax(-1).gather(2, tgt[..., None])[..., 0]
+    return token.masked_fill(tgt == cfg.pad_id, 0.0)
+
+
 class SearchStopped(Exception):
     """Raised between two steps of a search whose `stop` callable said so (a server's request
     past its deadline, or whose client went away): the search's work ends there."""
@@ -183,28 +267,31 @@ def _token_by_token(
     pick: Callable[[Tensor], Tensor],
     use_cache: bool = True,
     stop: Callable[[], bool] | None = None,
+    prefix: Prefix | None = None,
 ) -> Tensor:
     """The loop greedy decoding and sampling share: pick(logits (B, V)) -> tokens (B,)."""
     cfg = model.config
     memory, memory_keep = model.encode(src), model.keep_mask(src)
     cache = model.new_cache() if use_cache else None
     never = _never_outputs(model, src.device)
-    prefix = torch.full((src.size(0), 1), cfg.bos_id, dtype=torch.long, device=src.device)
+    out = torch.full((src.size(0), 1), cfg.bos_id, dtype=torch.long, device=src.device)
     finished = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
     steps, limits = _limits(max_len, src.size(0), src.device)
     for produced in range(1, steps + 1):
         _check_stop(stop, produced)
-        step_input = prefix[:, -1:] if use_cache else prefix
+        step_input = out[:, -1:] if use_cache else out
         # Only the newest position's logits, with or without the cache: the uncached reference
         # then re-runs the decoder over the prefix, as a naive loop would, but not the output
         # projection of positions it has already decided.
         logits = _next_token_logits(model, step_input, memory, memory_keep, cache, never)
+        if prefix is not None:
+            logits = prefix.constrain(logits, produced - 1)
         token = pick(logits).masked_fill(finished, cfg.pad_id)
-        prefix = torch.cat([prefix, token[:, None]], dim=1)
+        out = torch.cat([out, token[:, None]], dim=1)
         finished |= (token == cfg.eos_id) | (limits <= produced)
         if bool(finished.all()):
             break
-    return prefix[:, 1:]
+    return out[:, 1:]
 
 
 @torch.inference_mode()
@@ -214,6 +301,7 @@ def greedy_decode(
     max_len: int | Tensor,
     use_cache: bool = True,
     stop: Callable[[], bool] | None = None,
+    prefix: Prefix | None = None,
 ) -> Tensor:
     """The most likely next token at every step.
 
@@ -225,11 +313,14 @@ def greedy_decode(
         use_cache: False re-runs the decoder over the whole prefix at every step (the slow
             reference the cache is measured and tested against).
         stop: asked before every step; True raises SearchStopped (all three searches take it).
+        prefix: tokens each output must begin with (all three searches take it).
 
     Returns:
         (B, L) token ids, L <= max_len.
     """
-    return _token_by_token(model, src, max_len, lambda logits: logits.argmax(-1), use_cache, stop)
+    return _token_by_token(
+        model, src, max_len, lambda logits: logits.argmax(-1), use_cache, stop, prefix
+    )
 
 
 @torch.inference_mode()
@@ -242,6 +333,7 @@ def sample_decode(
     top_p: float = 1.0,
     generator: torch.Generator | None = None,
     stop: Callable[[], bool] | None = None,
+    prefix: Prefix | None = None,
 ) -> Tensor:
     """Draw each next token from the model's distribution.
 
@@ -266,7 +358,7 @@ def sample_decode(
         logits = filter_logits(logits.float() / temperature, top_k, top_p)
         return torch.multinomial(logits.softmax(-1), 1, generator=generator).squeeze(1)
 
-    return _token_by_token(model, src, max_len, pick, stop=stop)
+    return _token_by_token(model, src, max_len, pick, stop=stop, prefix=prefix)
 
 
 def filter_logits(logits: Tensor, top_k: int = 0, top_p: float = 1.0) -> Tensor:
@@ -284,6 +376,29 @@ def filter_logits(logits: Tensor, top_k: int = 0, top_p: float = 1.0) -> Tensor:
     return logits
 
 
+@dataclass(frozen=True)
+class BeamStep:
+    """One step of beam_search, as its `observe` sees it: the beams before the step (each
+    source's K rows), every candidate's log-probability and score, and the K kept.
+
+    tokens (B*K, t): the beams' tokens so far; log_prob, length, finished (B, K): theirs;
+    step (B, K, V): each beam's next-token log-probabilities (a finished beam: <pad> at 0, the
+    rest -inf); score (B, K*V): each candidate's length-penalised score; best (B, K): the
+    kept candidates (beam = index // V, token = index % V), best first; source (B,): which
+    source each row is.
+    """
+
+    produced: int
+    tokens: Tensor
+    log_prob: Tensor
+    length: Tensor
+    finished: Tensor
+    step: Tensor
+    score: Tensor
+    best: Tensor
+    source: Tensor
+
+
 @torch.inference_mode()
 def beam_search(
     model: Seq2SeqTransformer,
@@ -293,6 +408,8 @@ def beam_search(
     length_penalty: float = 1.0,
     n_best: int = 1,
     stop: Callable[[], bool] | None = None,
+    prefix: Prefix | None = None,
+    observe: Callable[[BeamStep], None] | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Keep the beam_size best partial translations of each source at every step.
 
@@ -302,6 +419,9 @@ def beam_search(
     so one tensor holds the whole search (no per-sentence Python lists). With a limit a row
     (max_len a (B,) tensor), a source's beams freeze where its limit ends them, as the loop's
     end would for that source alone.
+
+    prefix: tokens each output must begin with. observe: called at every step with the step's
+    BeamStep (the search as it runs, for seq2seq.inference's tree; the rows still searched).
 
     Returns:
         tokens (B, n_best, L) and their scores (B, n_best), best first.
@@ -344,6 +464,8 @@ def beam_search(
             model, step_input, memory, memory_keep, cache, never
         )  # (B*K, V)
         step = logits.float().log_softmax(-1).view(b, k, -1)  # (B, K, V)
+        if prefix is not None:
+            step = prefix.constrain(step, produced - 1)
         vocab = step.size(-1)
         # A finished beam can only continue with padding, at no cost.
         step = step.masked_fill(finished[..., None], float("-inf"))
@@ -358,6 +480,9 @@ def beam_search(
         score = (cand_log_prob.view(b, k, vocab) / divisor[..., None]).view(b, k * vocab)
         best = score.topk(k, dim=-1).indices  # (B, K)
         origin, token = best // vocab, best % vocab
+        if observe is not None:
+            observe(BeamStep(produced, tokens[:, 1:], log_prob, length, finished, step,
+                             score, best, source))  # fmt: skip
 
         log_prob = cand_log_prob.gather(1, best)  # (B, K): the chosen candidates'
         length = cand_length.gather(1, origin)
@@ -377,6 +502,7 @@ def beam_search(
             tokens, memory, memory_keep = tokens[rows], memory[rows], memory_keep[rows]
             log_prob, length, finished = log_prob[going], length[going], finished[going]
             limits, source = limits[going], source[going]
+            prefix = None if prefix is None else prefix.rows(going)
             b = going.numel()
             offsets = (torch.arange(b, device=device) * k)[:, None]
     retire(torch.arange(b, device=device))

@@ -4,15 +4,21 @@
     GET  /info        what is loaded (the file and its hash, sizes, languages, tokenizer,
                       decoding defaults, backend, the run's test score and signatures)
     POST /translate   {"src": "..." | ["...", ...], beam, n_best, length_penalty, max_len,
-                       sample, temperature, top_k, top_p, seed, truncate}
-    POST /attention   {"src": "...", beam, length_penalty, max_len, truncate}: the output's
-                      tokens and every layer's and head's attention (checkpoint backend)
+                       sample, temperature, top_k, top_p, seed, truncate, prefix, heal}
+    POST /score       {"src": "..." | [...], "tgt": "..." | [...], length_penalty}: each given
+                      translation's score, log-probability and tokens (forced decoding)
+    POST /search      {"src": "...", beam, top_k, length_penalty, max_len, prefix, heal}: the
+                      beam search as a tree (checkpoint backend)
+    POST /attention   {"src": "...", beam, length_penalty, max_len, truncate, prefix, heal}:
+                      the output's tokens and every layer's and head's attention (checkpoint)
     GET  /            the page (seq2seq/serve/page.html); FastAPI's /docs
+
+The settings are seq2seq/inference.py's OPTIONS: the request schemas below are made from them.
 
 Every error is JSON, {"error": "one line naming the field and the fix"}, with its status: 401
 without the token (where one is set), 408 for a body still arriving at the deadline, 413 past
 the size limits (sentences, characters, beam, the body, a search's memory), 422 for a bad
-request (invalid text included), 501 for attention from an export, 503 when the queue is full
+request (invalid text included), 501 for what an export cannot do, 503 when the queue is full
 or the server is stopping, 504 past the deadline.
 """
 
@@ -24,65 +30,98 @@ import re
 import secrets
 import time
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from seq2seq import checks
 from seq2seq.core.decoding import SearchStopped
+from seq2seq.inference import OPTIONS, Engine, RequestError, Settings
 from seq2seq.serve.batcher import Batcher, Job
-from seq2seq.serve.engine import Engine, RequestError, Settings
 
 __all__ = ["Limits", "create_app"]
 
 PAGE = Path(__file__).with_name("page.html")
 
 
+def _limit(default: Any, help: str, flag: str | None = None) -> Any:
+    return field(default=default, metadata={"help": help, "flag": flag})
+
+
 @dataclass(frozen=True)
 class Limits:
-    """What one request may ask, and how long the server waits for it (the serve options)."""
+    """What one request may ask, and how long the server waits for it: the serve command's
+    options (--max-sentences for max_sentences; seq2seq/serve/cli.py makes them from here)."""
 
-    max_sentences: int = 64  # sentences a request
-    max_chars: int = 20_000  # characters a request, all its sentences together
-    timeout_s: float = 30.0  # from arrival to answer; past it, 504
-    max_queue: int = 4096  # sentences waiting; past it, 503
-    max_batch: int = 32  # sentences one search decodes together (1: no batching)
-    wait_ms: float = 20.0  # how long the worker may wait for more sentences to batch
-    max_beam: int = 64  # beam width and n_best a request may ask (the page offers up to 64)
-    max_search_mb: float = 2048.0  # memory one search may hold (Engine.search_bytes); past it, 413
-    max_body: int = 1 << 20  # bytes a request's body may have (20,000 characters in JSON's
-    # escapes take at most 240 kB); past it, 413 before the rest is read
+    max_sentences: int = _limit(64, "sentences a request")
+    max_chars: int = _limit(20_000, "characters a request, all its texts together")
+    timeout_s: float = _limit(30.0, "seconds a request may take before it is answered 504",
+                              "--timeout")  # fmt: skip
+    max_queue: int = _limit(4096, "sentences waiting; past it, 503")
+    max_batch: int = _limit(32, "sentences decoded together, across requests (1: one at a time)")
+    wait_ms: float = _limit(20.0, "how long the worker waits for more sentences before a search")
+    max_beam: int = _limit(64, "the widest beam (and most n_best) a request may ask")
+    max_search_mb: float = _limit(
+        2048.0, "memory one search may hold, as estimated before it starts (past it: 413)"
+    )
+    # 20,000 characters in JSON's escapes take at most 240 kB
+    max_body: int = _limit(
+        1 << 20, "bytes a request's body may have (past it: 413, before the rest is read)"
+    )
+    max_top_k: int = _limit(20, "/search: the most alternatives a step shows")
+    max_trace: int = _limit(
+        20_000, "/search: the most nodes a tree may have (steps x beam x (top_k + 1))"
+    )
 
-
-class SearchSettings(BaseModel):
-    """translate's search options (None: the model's own)."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    beam: int | None = Field(None, description="beam width (1: greedy); default the model's")
-    length_penalty: float | None = Field(None, description="log-prob / length ** this")
-    max_len: int | None = Field(None, description="most output tokens; default a * len + b")
-    truncate: bool = Field(False, description="cut a sentence longer than the model accepts")
-
-
-class TranslateRequest(SearchSettings):
-    src: str | list[str] = Field(description="a sentence, or a list of them")
-    n_best: int = Field(1, description="outputs a sentence (<= beam)")
-    sample: bool = Field(False, description="draw each token instead of searching")
-    temperature: float = 1.0
-    top_k: int = Field(0, description="sample from the k most likely (0: all)")
-    top_p: float = Field(1.0, description="sample from the most likely reaching p (1: all)")
-    seed: int = Field(0, description="where sampling's draw starts")
+    @classmethod
+    def options(cls) -> list[tuple[str, str, type, Any, str]]:
+        """(field, flag, type, default, help) of each limit, for the command line."""
+        return [
+            (f.name, f.metadata["flag"] or "--" + f.name.replace("_", "-"),
+             type(f.default), f.default, f.metadata["help"])
+            for f in fields(cls)
+        ]  # fmt: skip
 
 
-class AttentionRequest(SearchSettings):
-    src: str = Field(description="one sentence")
+def request_model(name: str, request: str, **more: Any) -> type[BaseModel]:
+    """The JSON body of a request: `more` (its own fields, e.g. src) and every option that
+    the request takes, from seq2seq/inference.py's declaration (/docs shows their help)."""
+    fields: dict[str, Any] = {}
+    for option in OPTIONS:
+        if request not in option.requests:
+            continue
+        kind: Any = option.kind
+        if option.name == "prefix":
+            kind = str | list[str]  # one for every sentence, or one a sentence
+        default = more.pop(option.name, option.default)
+        fields[option.name] = (
+            kind | None if option.optional else kind,
+            Field(default, description=option.help),
+        )
+    config = ConfigDict(extra="forbid", strict=True)
+    return create_model(name, __config__=config, **more, **fields)
+
+
+SENTENCES = (str | list[str], Field(description="a sentence, or a list of them"))
+TranslateRequest = request_model("TranslateRequest", "translate", src=SENTENCES)
+AttentionRequest = request_model(
+    "AttentionRequest", "attention", src=(str, Field(description="one sentence"))
+)
+SearchRequest = request_model(
+    "SearchRequest", "search", src=(str, Field(description="one sentence")), top_k=5
+)
+ScoreRequest = request_model(
+    "ScoreRequest", "score", src=SENTENCES,
+    tgt=(str | list[str], Field(description="a translation of each sentence, to score")),
+)  # fmt: skip
+REQUESTS = {"/translate": TranslateRequest, "/attention": AttentionRequest,
+            "/search": SearchRequest, "/score": ScoreRequest}  # fmt: skip
 
 
 def create_app(
@@ -134,7 +173,7 @@ def create_app(
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, error: RequestValidationError) -> JSONResponse:
-        fields = AttentionRequest if request.url.path == "/attention" else TranslateRequest
+        fields = REQUESTS.get(request.url.path, TranslateRequest)
         return JSONResponse({"error": validation_message(error, fields)}, status_code=422)
 
     @app.exception_handler(StarletteHTTPException)
@@ -191,7 +230,9 @@ def create_app(
                 job.cancelled = True
                 return None
 
-    def checked(body: SearchSettings, texts: list[str], **more: Any) -> tuple:
+    def checked(body: BaseModel, texts: list[str], *more_texts: list[str]) -> tuple:
+        """The request's sentences within the limits, its settings checked, its search and
+        its sentences encoded: or a one-line RequestError naming the limit, before any work."""
         if not texts:
             raise RequestError("src is an empty list: send at least one sentence")
         if len(texts) > limits.max_sentences:
@@ -200,17 +241,19 @@ def create_app(
                 f"{limits.max_sentences}: send them in several requests",
                 status=413,
             )
-        chars = sum(len(text) for text in texts)
+        prefix = getattr(body, "prefix", None)
+        given = [*texts, *(t for group in more_texts for t in group)]
+        given += [prefix] if isinstance(prefix, str) else prefix or []
+        chars = sum(len(text) for text in given)
         if chars > limits.max_chars:
             raise RequestError(
-                f"src has {chars:,} characters, more than this server's --max-chars "
+                f"{'src' if len(given) == len(texts) else 'the request'} has {chars:,} "
+                f"characters, more than this server's --max-chars "
                 f"{limits.max_chars:,}: send them in several requests",
                 status=413,
             )
-        settings = Settings(
-            beam=body.beam, length_penalty=body.length_penalty, max_len=body.max_len,
-            truncate=body.truncate, **more,
-        )  # fmt: skip
+        settings = Settings(**{o.name: getattr(body, o.name) for o in OPTIONS
+                               if o.name in type(body).model_fields})  # fmt: skip
         for name in ("beam", "n_best"):
             value = getattr(settings, name)
             if value is not None and value > limits.max_beam:
@@ -221,6 +264,8 @@ def create_app(
                 )
         search = engine.search(settings)
         sentences = engine.encode(texts, settings, search)
+        if more_texts:  # translations to score: /score weighs what scoring them holds
+            return settings, search, sentences
         # The largest search this request can make: its longest sentences, a batch of them.
         longest = sorted(sentences, key=lambda s: (len(s.ids), s.limit), reverse=True)
         batch = longest[: limits.max_batch]
@@ -236,6 +281,12 @@ def create_app(
                 status=413,
             )
         return settings, search, sentences
+
+    async def answered(request: Request, job: Job, started: float) -> Any:
+        found = await outcome(request, job, started)
+        if found is None:
+            raise RequestError("the client went away", status=499)
+        return found
 
     @app.get("/health", summary="Liveness: the server answers, and how much it batches")
     async def health() -> dict[str, Any]:
@@ -253,38 +304,92 @@ def create_app(
         return info
 
     @app.post("/translate", summary="Translate a sentence or a list", dependencies=guarded)
-    async def translate(body: TranslateRequest, request: Request) -> Any:
+    async def translate(body: TranslateRequest, request: Request) -> Any:  # type: ignore[valid-type]
         started = time.monotonic()
         single = isinstance(body.src, str)
         texts = [body.src] if single else body.src
-        more = {k: getattr(body, k) for k in ("n_best", "sample", "temperature", "top_k", "top_p",
-                                               "seed")}  # fmt: skip
-        settings, search, sentences = checked(body, texts, **more)
+        settings, search, sentences = checked(body, texts)
         loop = asyncio.get_running_loop()
         seed = settings.seed if settings.sample else None
         job = Job(sentences, search, loop.create_future(), loop, seed=seed)
-        found = await outcome(request, job, started)
-        if found is None:
-            return JSONResponse({"error": "the client went away"}, status_code=499)
+        found = await answered(request, job, started)
         outputs = [
             [{"tgt": engine.text(ids), "score": None if math.isnan(s) else s} for s, ids in hyps]
             for hyps in found
-        ]
-        warnings = [
-            f"src[{i}]: {s.unknown} unknown token(s) mapped to <unk>"
-            for i, s in enumerate(sentences)
-            if s.unknown
         ]
         tgt = [hyps[0]["tgt"] for hyps in outputs]
         return {
             "tgt": tgt[0] if single else tgt,
             "n_best": outputs[0] if single else outputs,
-            "warnings": warnings,
+            "warnings": unknown_warnings(sentences),
             "time_s": round(time.monotonic() - started, 4),
         }
 
+    @app.post("/score", summary="Score given translations (forced decoding)", dependencies=guarded)
+    async def score(body: ScoreRequest, request: Request) -> Any:  # type: ignore[valid-type]
+        started = time.monotonic()
+        single = isinstance(body.src, str)
+        if single != isinstance(body.tgt, str):
+            raise RequestError(
+                "src and tgt must both be one sentence (a string) or both lists, one "
+                "translation a sentence"
+            )
+        texts, tgts = ([body.src], [body.tgt]) if single else (body.src, body.tgt)
+        _, search, sentences = checked(body, texts, tgts)
+        targets = engine.targets(tgts, sentences)
+        longest = sorted(range(len(targets)), key=lambda i: len(targets[i]), reverse=True)
+        batch = longest[: limits.max_batch]
+        need = engine.score_bytes([sentences[i] for i in batch], [targets[i] for i in batch])
+        if need / 2**20 > limits.max_search_mb:
+            raise RequestError(
+                f"scoring these would hold about {need / 2**20:,.0f} MB, more than this "
+                f"server's --max-search-mb {limits.max_search_mb:g}: send fewer or shorter "
+                "sentences",
+                status=413,
+            )
+        loop = asyncio.get_running_loop()
+        job = Job(sentences, search, loop.create_future(), loop, targets=targets)
+        found = await answered(request, job, started)
+        return {
+            **(found[0] if single else {"scores": found}),
+            "warnings": unknown_warnings(sentences),
+            "time_s": round(time.monotonic() - started, 4),
+        }
+
+    @app.post("/search", summary="The beam search as a tree", dependencies=guarded)
+    async def search_tree(body: SearchRequest, request: Request) -> Any:  # type: ignore[valid-type]
+        started = time.monotonic()
+        if body.top_k < 1:
+            raise RequestError(f"top_k must be at least 1 (alternatives a step), got {body.top_k}")
+        if body.top_k > limits.max_top_k:
+            raise RequestError(
+                f"top_k {body.top_k} is more than this server's --max-top-k "
+                f"{limits.max_top_k}: ask for fewer alternatives a step",
+                status=413,
+            )
+        _, search, sentences = checked(body, [body.src])
+        sentence = sentences[0]
+        if not sentence.ids:
+            raise RequestError("src is blank: send a sentence to translate")
+        if engine.backend != "torch":
+            engine.trace(sentence, search, body.top_k)  # says what to do instead
+        nodes = sentence.limit * search.decoding.beam_size * (body.top_k + 1)
+        if nodes > limits.max_trace:
+            raise RequestError(
+                f"this tree could have {nodes:,} nodes ({sentence.limit} steps x beam "
+                f"{search.decoding.beam_size} x {body.top_k + 1}), more than this server's "
+                f"--max-trace {limits.max_trace:,}: ask for a narrower beam, fewer "
+                "alternatives (top_k) or a smaller max_len",
+                status=413,
+            )
+        loop = asyncio.get_running_loop()
+        job = Job(sentences, search, loop.create_future(), loop)
+        job.work = lambda: engine.trace(sentence, search, body.top_k, stop=job.expired)
+        found = await answered(request, job, started)
+        return {**found, "time_s": round(time.monotonic() - started, 4)}
+
     @app.post("/attention", summary="The output and its attention", dependencies=guarded)
-    async def attention(body: AttentionRequest, request: Request) -> Any:
+    async def attention(body: AttentionRequest, request: Request) -> Any:  # type: ignore[valid-type]
         started = time.monotonic()
         _, search, sentences = checked(body, [body.src])
         if not sentences[0].ids:
@@ -294,9 +399,7 @@ def create_app(
         loop = asyncio.get_running_loop()
         job = Job(sentences, search, loop.create_future(), loop)
         job.work = lambda: engine.attention(sentences[0], search, stop=job.expired)
-        found = await outcome(request, job, started)
-        if found is None:
-            return JSONResponse({"error": "the client went away"}, status_code=499)
+        found = await answered(request, job, started)
         return {**found, "time_s": round(time.monotonic() - started, 4)}
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
@@ -304,6 +407,14 @@ def create_app(
         return HTMLResponse(PAGE.read_text(encoding="utf-8"))
 
     return app
+
+
+def unknown_warnings(sentences: list) -> list[str]:
+    return [
+        f"src[{i}]: {s.unknown} unknown token(s) mapped to <unk>"
+        for i, s in enumerate(sentences)
+        if s.unknown
+    ]
 
 
 class BodyRefused(HTTPException):
@@ -400,11 +511,11 @@ def validation_message(error: RequestValidationError, fields: type[BaseModel]) -
     if kind == "missing":
         return f'{field} is missing: send {{"{field}": ...}} (see /docs)'
     given = first.get("input")
-    if field == "src" and fields is TranslateRequest:  # str | list[str]: say both
+    if field in ("src", "tgt") and fields in (TranslateRequest, ScoreRequest):  # str | list
         item = next((e for e in errors if len(e["loc"]) > 3 and isinstance(e["loc"][3], int)), None)
         if item is not None:
-            return f"src[{item['loc'][3]}] must be a string, got {_shown(item.get('input'))}"
-        return f"src must be a sentence (a string) or a list of them, got {_shown(given)}"
+            return f"{field}[{item['loc'][3]}] must be a string, got {_shown(item.get('input'))}"
+        return f"{field} must be a sentence (a string) or a list of them, got {_shown(given)}"
     message = first.get("msg", "is not valid")
     return f"{field}: {message[0].lower()}{message[1:]}, got {_shown(given)}"
 

@@ -4,10 +4,11 @@ A request's sentences go into one queue. The worker takes what is waiting and, w
 fewer than the most of its last 8 rounds took (as many requests as were in flight then are
 likely to come again), waits up to `wait_s` for more, never past `max_batch` sentences: one
 client waits for nobody, 32 clients are searched 32 at a time. It groups them by search
-settings (beam, n_best, length penalty: those one search shares) and runs each group as one
-padded search, each sentence with its own length limit, so an answer never depends on what
-else was in the batch. A sampling request is a group of its own, drawn from its seed in translate's
-batches. The event loop never decodes: it awaits a future the worker resolves.
+settings (beam, n_best, length penalty: those one search shares; translations to score, by
+their length penalty) and runs each group as one padded search (or one scoring), each
+sentence with its own length limit, so an answer never depends on what else was in the batch.
+A sampling request is a group of its own, drawn from its seed in translate's batches. The event
+loop never decodes: it awaits a future the worker resolves.
 
 A request whose client went away is marked cancelled, and one whose deadline passed has
 expired: the worker skips its sentences that have not started, and stops a search between two
@@ -36,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from seq2seq.core.decoding import Search, SearchStopped
-from seq2seq.serve.engine import Sentence
+from seq2seq.inference import Sentence
 
 __all__ = ["Batcher", "Job"]
 
@@ -55,6 +56,7 @@ class Job:
     loop: asyncio.AbstractEventLoop
     seed: int | None = None  # sampling: the draw starts from it
     work: Callable[[], Any] | None = None  # instead of a search: run this on the worker
+    targets: list[list[int]] | None = None  # /score: a translation a sentence, to score
     cancelled: bool = False
     deadline: float = math.inf  # time.monotonic() past which nobody waits for the answer
     number: int = field(default_factory=lambda: next(_numbers))
@@ -66,6 +68,8 @@ class Job:
         or other work the job itself (a draw from its own seed)."""
         if self.search.sampling is not None or self.work is not None:
             return ("alone", self.number)
+        if self.targets is not None:  # scored together: the length penalty is all they share
+            return ("score", self.search.decoding.length_penalty)
         return ("search", self.search)
 
     def expired(self) -> bool:
@@ -180,7 +184,11 @@ class Batcher:
         for part in group:
             joined = [*searches[-1], part]
             sentences = [s for j, start, end in joined for s in j.sentences[start:end]]
-            held = self.engine.search_bytes(sentences, part[0].search)
+            if part[0].targets is not None:
+                targets = [t for j, start, end in joined for t in j.targets[start:end]]
+                held = self.engine.score_bytes(sentences, targets)
+            else:
+                held = self.engine.search_bytes(sentences, part[0].search)
             if searches[-1] and held > self.max_bytes:
                 searches.append([part])
             else:
@@ -200,7 +208,11 @@ class Batcher:
                 job.resolve(job.work())
                 return
             sentences = [s for j, start, end in group for s in j.sentences[start:end]]
-            found = self.engine.generate(sentences, job.search, job.seed, stop=nobody_waits)
+            if job.targets is not None:
+                targets = [t for j, start, end in group for t in j.targets[start:end]]
+                found = self.engine.score(sentences, targets, job.search, stop=nobody_waits)
+            else:
+                found = self.engine.generate(sentences, job.search, job.seed, stop=nobody_waits)
             self.searches, self.sentences = self.searches + 1, self.sentences + len(sentences)
         except SearchStopped as stopped:  # its jobs were answered 504, or their clients left
             self.stopped += 1

@@ -26,7 +26,6 @@ TOKEN_VARIABLE = "SEQ2SEQ_SERVE_TOKEN"
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     from seq2seq.serve.app import Limits
 
-    defaults = Limits()
     parser = ArgumentParser(
         prog="python -m seq2seq.serve",
         description=__doc__,
@@ -43,40 +42,16 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, mps")
     parser.add_argument("--compute-type", help="--model only: CTranslate2's compute type")
     parser.add_argument("--threads", type=int, default=0, help="--model only: 0: torch's count")
-    parser.add_argument(
-        "--max-batch", type=int, default=defaults.max_batch,
-        help="sentences decoded together, across requests (1: one at a time)",
-    )  # fmt: skip
-    parser.add_argument(
-        "--wait-ms", type=float, default=defaults.wait_ms,
-        help="how long the worker waits for more sentences before a search",
-    )  # fmt: skip
-    parser.add_argument("--max-sentences", type=int, default=defaults.max_sentences)
-    parser.add_argument("--max-chars", type=int, default=defaults.max_chars)
-    parser.add_argument("--max-queue", type=int, default=defaults.max_queue)
-    parser.add_argument(
-        "--max-beam", type=int, default=defaults.max_beam,
-        help="the widest beam (and most n_best) a request may ask",
-    )  # fmt: skip
-    parser.add_argument(
-        "--max-search-mb", type=float, default=defaults.max_search_mb,
-        help="memory one search may hold, as estimated before it starts (past it: 413)",
-    )  # fmt: skip
-    parser.add_argument(
-        "--max-body", type=int, default=defaults.max_body,
-        help="bytes a request's body may have (past it: 413, before the rest is read)",
-    )  # fmt: skip
-    parser.add_argument(
-        "--timeout", type=float, default=defaults.timeout_s,
-        help="seconds a request may take before it is answered 504",
-    )  # fmt: skip
+    for _, flag, kind, default, help in Limits.options():
+        parser.add_argument(flag, type=kind, default=default, help=help)
     parser.add_argument("--debug", action="store_true", help="show an error's traceback")
     args = parser.parse_args(argv)
     if (args.ckpt is None) == (args.model is None):
         parser.error("give a checkpoint (CKPT) or an export (--model DIR), one of them")
     if args.compute_type is not None and args.ckpt:
         parser.error("--compute-type is for a CTranslate2 --model; drop it with a checkpoint")
-    for name in ("max_batch", "max_sentences", "max_chars", "max_queue", "max_beam", "max_body"):
+    for name in ("max_batch", "max_sentences", "max_chars", "max_queue", "max_beam", "max_body",
+                 "max_top_k", "max_trace"):  # fmt: skip
         if getattr(args, name) < 1:
             parser.error(
                 f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}"
@@ -110,20 +85,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         import uvicorn
 
+        from seq2seq.inference import Engine
         from seq2seq.serve.app import Limits, create_app
         from seq2seq.serve.batcher import Batcher
-        from seq2seq.serve.engine import Engine
     except ImportError as error:
         missing = f"serving needs FastAPI and uvicorn ({error.name} is missing)"
         print(f'error: {missing}: pip install -e ".[serve]"', file=sys.stderr)
         return 1
     try:
         engine = Engine(args.ckpt, args.model, args.device, args.compute_type, args.threads)
-        limits = Limits(
-            max_sentences=args.max_sentences, max_chars=args.max_chars, timeout_s=args.timeout,
-            max_queue=args.max_queue, max_batch=args.max_batch, wait_ms=args.wait_ms,
-            max_beam=args.max_beam, max_search_mb=args.max_search_mb, max_body=args.max_body,
-        )  # fmt: skip
+        limits = Limits(**{name: getattr(args, flag[2:].replace("-", "_"))
+                           for name, flag, *_ in Limits.options()})  # fmt: skip
         batcher = Batcher(engine, limits.max_batch, limits.wait_ms / 1000, thread=False,
                           max_bytes=limits.max_search_mb * 2**20)  # fmt: skip
         app = create_app(engine, limits, args.token, batcher)
