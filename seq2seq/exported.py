@@ -130,13 +130,33 @@ class ExportedModel:
         results = self.translator.translate_batch(source, **options)
         if stop is not None and stop():
             raise SearchStopped("the search was stopped during CTranslate2's call")
-        return [
+        found = [
             [
                 (score, [self._tgt_ids[token] for token in tokens])
                 for score, tokens in zip(result.scores, result.hypotheses, strict=True)
             ]
             for result in results
         ]
+        if "target_prefix" in options and search.sampling is None:
+            found = self._whole_scores(rows, found, max_len, search.decoding.length_penalty)
+        return found
+
+    def _whole_scores(self, rows: list, found: list, max_len: int, penalty: float) -> list:
+        """CTranslate2 scores a search from a target_prefix by the tokens after the prefix
+        alone; ours, and what is reported, counts the whole output (the prefix's tokens too),
+        as forced decoding of it does: each hypothesis scored again so, with score_batch."""
+        pairs = [(row, ids) for row, hyps in zip(rows, found, strict=True) for _, ids in hyps]
+        whole = iter(self.score([row for row, _ in pairs], [ids for _, ids in pairs]))
+        out = []
+        for hyps in found:
+            rescored = []
+            for _, ids in hyps:
+                logprobs = next(whole)
+                if len(ids) >= max_len:  # cut at the limit: no EOS
+                    logprobs = logprobs[: len(ids)]
+                rescored.append((sum(logprobs) / max(len(logprobs), 1) ** penalty, ids))
+            out.append(rescored)
+        return out
 
     def score(self, rows: list[list[int]], targets: list[list[int]]) -> list[list[float]]:
         """Per (source, target) pair, the log-probability of each target token and of the

@@ -62,6 +62,7 @@ MAX_SEED = 2**32 - 1  # CTranslate2's set_random_seed takes an unsigned 32-bit i
 # translate decodes its inputs in batches of this many (its --batch-size default): a sampling
 # request is drawn in the same batches, so that its seed gives the same outputs.
 TRANSLATE_BATCH = 64
+HEAL_TOKENS = 4  # a healed prefix frees at most this many of its last word's tokens
 
 
 # --- the settings, declared once ---------------------------------------------------------------
@@ -470,10 +471,12 @@ class Engine:
     def _add_prefix(
         self, sentence: Sentence, text: str, heal: bool, spell: Callable[[str], str], index: int
     ) -> None:
-        """The prefix's tokens, forced; healed, the last one is freed to any token whose text
-        begins with its text (a prefix "The ma" may go on as "The man", where the tokenizer
-        alone splits it "The", " ma"). Its tokens count in the output's limit, which grows to
-        hold them and one more."""
+        """The prefix's tokens, forced. Healed, the tokens of its last word (at most
+        HEAL_TOKENS, those after its last space) are freed: the step after the rest may take
+        any token whose text begins with theirs. The tokenizer alone splits "trois cent d" as
+        "trois", " cent", " ", "d", a split the model never makes; healed, the output goes on
+        as the model spells " deux" or " douze". The forced tokens count in the output's limit,
+        which grows to hold them and one more."""
         name = f"{spell('prefix')}[{index}]" if index else spell("prefix")
         ids = self._ids(self.model.tgt_vocab, text, name)
         if not ids:
@@ -488,12 +491,17 @@ class Engine:
                 f"{name} has a token the model's target vocabulary lacks (<unk>): the output "
                 "cannot begin with it; send a prefix in the model's own tokens"
             )
-        sentence.limit = min(max(sentence.limit, len(ids) + 1), self.max_positions)
         if heal:
             texts = self.token_texts()
-            tail = texts[ids[-1]]
-            sentence.allowed = [i for i, t in enumerate(texts) if t.startswith(tail) and t]
-            ids = ids[:-1]
+            for n in range(min(HEAL_TOKENS, len(ids)), 0, -1):
+                tail = "".join(texts[i] for i in ids[-n:])
+                if n > 1 and any(c.isspace() for c in tail[1:]):
+                    continue  # more than the last word
+                allowed = [i for i, t in enumerate(texts) if t and t.startswith(tail)]
+                if allowed:
+                    sentence.allowed, ids = allowed, ids[:-n]
+                    break
+        sentence.limit = min(max(sentence.limit, len(ids) + 1), self.max_positions)
         sentence.prefix = ids
 
     def search_bytes(self, sentences: list[Sentence], search: Search) -> int:

@@ -41,8 +41,8 @@ httpx = need("httpx")
 
 from fastapi.testclient import TestClient  # noqa: E402
 
-from seq2seq.serve.app import Limits, create_app  # noqa: E402
 from seq2seq.inference import Engine, Settings  # noqa: E402
+from seq2seq.serve.app import Limits, create_app  # noqa: E402
 from seq2seq.translate import parse_args, translate  # noqa: E402
 
 SENTENCES = [" ".join(random.Random(i).choices("0123456789", k=1 + i % 9)) for i in range(40)]

@@ -133,7 +133,10 @@ def create_app(
     """The app; its worker (a Batcher of its own in a thread, unless one is given) starts
     with the app and stops, once the work queued is done, with it."""
     limits = limits or Limits()
-    info = {**engine.info(), "limits": limits.__dict__, "auth": token is not None}
+    info = {
+        **engine.info(), "limits": limits.__dict__, "auth": token is not None,
+        "settings": [option.control() for option in OPTIONS],  # the page makes its controls
+    }  # fmt: skip
     state: dict[str, Any] = {"stopping": False}
 
     @asynccontextmanager
