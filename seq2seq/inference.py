@@ -113,7 +113,7 @@ class Option:
 SEARCHES = ("translate", "attention", "search")  # the requests that run a search
 OPTIONS: tuple[Option, ...] = (
     Option("beam", int, None, "beam width (1: greedy; default: the model's own)",
-           "must be at least 1", low=1, optional=True, requests=(*SEARCHES, "score")),
+           "must be at least 1", low=1, optional=True, requests=SEARCHES),
     Option("n_best", int, 1, "outputs per input (<= beam)", "must be at least 1", low=1),
     Option("length_penalty", float, None,
            "beam search ranks by log-probability / length ** this (default: the model's own)",
@@ -662,7 +662,8 @@ class Engine:
         """The beam search of one sentence as it ran: at every step each live hypothesis (its
         slot in the beam, the slot it grew from, its last token, log-probability and
         length-penalised score) with its top_k next tokens (probability, the score the
-        candidate would have, kept or pruned, and the slot a kept one takes), and at the end
+        candidate would have, kept or pruned, the slot a kept one takes, and the text the output
+        would begin with: a prefix to continue from), and at the end
         the hypotheses the search finished with, best first. Greedy search is a beam of 1."""
         if self.backend != "torch":
             raise RequestError(
@@ -684,6 +685,7 @@ class Engine:
                     continue  # an empty slot: one live beam at the start, or after a prefix
                 own = view.tokens[slot]  # one source: its beams are the rows
                 last = int(own[-1]) if own.numel() else None
+                path = own.tolist()
                 length = max(float(view.length[0, slot]), 1.0)
                 shown = view.step[0, slot].topk(min(top_k, size)).indices.tolist()
                 shown += [c % size for c in kept if c // size == slot and c % size not in shown]
@@ -697,7 +699,8 @@ class Engine:
                          "prob": math.exp(float(view.step[0, slot, i])),
                          "score": float(scores[slot, i]),
                          "kept": slot * size + i in kept,
-                         "slot": kept.get(slot * size + i)}
+                         "slot": kept.get(slot * size + i),
+                         "prefix": self.text([*path, i])}
                         for i in shown if float(view.step[0, slot, i]) > -math.inf
                     ],
                 })  # fmt: skip

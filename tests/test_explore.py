@@ -9,6 +9,7 @@ import json
 import math
 import random
 import re
+from pathlib import Path
 
 import pytest
 
@@ -242,3 +243,105 @@ def test_a_tree_shows_top_k_alternatives_and_the_prefix(engine) -> None:
     assert all(3 <= len(h["next"]) <= 5 for h in first_free)  # top 3 and any kept besides
     for h in tree["steps"][0]["hypotheses"]:  # a forced step: one possible token
         assert [c["token"] for c in h["next"]] == ["3"]
+
+
+# --- a real server, and the page in a real browser ----------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def server(trained):
+    from helpers import ServeProcess
+
+    pytest.importorskip("fastapi")
+    made = ServeProcess(trained[0]["best_checkpoint"], "--wait-ms", "5").ready()
+    yield made
+    made.stop()
+
+
+def test_a_real_server_scores_continues_and_traces(server, engine) -> None:
+    import httpx
+
+    url, text = server.url, "3 1 4 1 5"
+    scored = httpx.post(f"{url}/score", json={"src": [text, "2 7"], "tgt": [text, "2 8"]}).json()
+    want = scores(engine, [text, "2 7"], [text, "2 8"])
+    assert [s["score"] for s in scored["scores"]] == pytest.approx([w["score"] for w in want])
+    answer = httpx.post(f"{url}/translate", json={"src": text, "prefix": "9", "heal": False})
+    assert answer.json()["tgt"].startswith("9 ")
+    tree = httpx.post(f"{url}/search", json={"src": text, "beam": 3, "top_k": 2}).json()
+    best = httpx.post(f"{url}/translate", json={"src": text, "beam": 3}).json()["n_best"][0]
+    assert tree["finished"][0]["tgt"] == best["tgt"]
+    assert tree["finished"][0]["score"] == pytest.approx(best["score"])
+    for body, status, message in [
+        ({"src": text, "tgt": ""}, 422, "tgt[0] is blank"),
+        ({"src": [text], "tgt": text}, 422, "src and tgt must both be one sentence"),
+        ({"src": text, "tgt": "1", "beam": 2}, 422, "beam is not a setting of this endpoint"),
+    ]:
+        refused = httpx.post(f"{url}/score", json=body)
+        assert refused.status_code == status and message in refused.json()["error"]
+    for body, status, message in [
+        ({"src": text, "top_k": 21}, 413, "top_k 21 is more than this server's --max-top-k 20"),
+        ({"src": text, "top_k": 0}, 422, "top_k must be at least 1"),
+        (
+            {"src": text, "beam": 64, "top_k": 20, "max_len": 64},
+            413,
+            "more than this server's --max-trace",
+        ),
+        ({"src": " "}, 422, "src is blank"),
+    ]:
+        refused = httpx.post(f"{url}/search", json=body)
+        assert refused.status_code == status and message in refused.json()["error"], refused.text
+    assert httpx.get(f"{url}/health").json()["status"] == "ok"
+
+
+def test_the_page_draws_the_tree_branches_from_a_word_and_scores_your_translation(
+    server, tmp_path: Path
+) -> None:
+    """In chromium: type a sentence, Translate, show the search, click an alternative at step
+    2: the new output is /translate's with that prefix; type a translation, Score: the score
+    shown is /score's."""
+    import os
+    import shutil
+
+    import httpx
+
+    if not shutil.which("chromium"):
+        if os.environ.get("CI"):
+            pytest.fail("chromium is missing: .ci/run installs it (apt-get install chromium)")
+        pytest.skip("chromium is not installed (apt-get install chromium)")
+    playwright_api = pytest.importorskip("playwright.sync_api")
+    from helpers import CHROMIUM_FLAGS
+
+    url, text, own = server.url, "3 1 4 1 5 9", "3 1 4 7 5 9"
+    with playwright_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=shutil.which("chromium"), args=CHROMIUM_FLAGS
+        )
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 1000})
+            page.goto(f"{url}/")
+            page.wait_for_selector("#beam")
+            page.fill("#src", text)
+            page.fill("#beam", "3")
+            page.click("#go")
+            page.wait_for_selector("#heatmap-table", timeout=60_000)
+            page.click("#tree-go")
+            page.wait_for_selector("#tree-svg", timeout=60_000)
+            alternative = page.locator('#tree-svg .alt[data-step="1"]:not(.kept)').first
+            prefix = alternative.get_attribute("data-prefix")
+            alternative.click()
+            page.wait_for_selector("#branch-tgt", timeout=60_000)
+            branched = page.inner_text("#branch-tgt")
+            page.fill("#own", own)
+            page.click("#score-own")
+            page.wait_for_selector("#own-score", timeout=60_000)
+            shown_score = float(page.get_attribute("#own-score", "data-score"))
+            page.screenshot(path=str(tmp_path / "explore.png"), full_page=True)
+            error = page.inner_text("#error").strip()
+        finally:
+            browser.close()
+    assert error == ""
+    asked = {"src": text, "prefix": prefix, "heal": False, "beam": 3}
+    assert branched == httpx.post(f"{url}/translate", json=asked).json()["tgt"]
+    assert branched.startswith(prefix) and len(prefix.split()) == 2
+    assert shown_score == httpx.post(f"{url}/score", json={"src": text, "tgt": own}).json()["score"]
+    assert (tmp_path / "explore.png").read_bytes()[:4] == b"\x89PNG"
