@@ -2,6 +2,12 @@
 
     python bench/serve_http.py RUN/checkpoints/BEST.ckpt           # both backends, ~8 minutes
     python bench/serve_http.py BEST.ckpt --backends torch --requests 64 --levels 1 8 --repeats 1
+    python bench/serve_http.py BEST.ckpt --endpoint score --backends torch ctranslate2
+    python bench/serve_http.py BEST.ckpt --endpoint search --backends torch --levels 1
+
+--endpoint score sends each sentence with its French reference to /score (forced decoding,
+batched across requests as /translate is); --endpoint search asks /search for the beam search
+as a tree (beam 5, top_k 5: what the page asks), one search a request, never batched.
 
 For each backend (the checkpoint, decoded by our own search; its CTranslate2 export, made in a
 temporary directory) and each batching (on: a search takes up to 32 sentences from concurrent
@@ -42,14 +48,23 @@ from helpers import ServeProcess  # noqa: E402
 CORPUS = ROOT / "data" / "corpora" / "tatoeba-en-fr" / "en-fr.tsv.gz"
 
 
-def sentences(count: int, seed: int = 0) -> list[str]:
-    """count English sentences of the shipped Tatoeba pairs, drawn with seed."""
+def sentences(count: int, seed: int = 0) -> list[tuple[str, str]]:
+    """count (English, French) pairs of the shipped Tatoeba corpus, drawn with seed."""
     with gzip.open(CORPUS, "rt", encoding="utf-8") as f:
-        english = [line.split("\t")[0] for line in f.read().splitlines()[1:]]
-    return random.Random(seed).sample(english, count)
+        pairs = [tuple(line.split("\t")[:2]) for line in f.read().splitlines()[1:]]
+    return random.Random(seed).sample(pairs, count)
 
 
-def load(url: str, texts: list[str], clients: int, seconds: float) -> dict:
+def request(endpoint: str, pair: tuple[str, str]) -> dict:
+    """The body an endpoint is sent for one pair."""
+    if endpoint == "score":
+        return {"src": pair[0], "tgt": pair[1]}
+    if endpoint == "search":
+        return {"src": pair[0], "beam": 5, "top_k": 5}
+    return {"src": pair[0]}
+
+
+def load(url: str, pairs: list, clients: int, seconds: float, endpoint: str = "translate") -> dict:
     """One request a sentence from `clients` threads at once, until the sentences or the
     seconds run out: requests a second and latency percentiles (ms)."""
     import httpx
@@ -58,19 +73,19 @@ def load(url: str, texts: list[str], clients: int, seconds: float) -> dict:
     stop_at = time.monotonic() + seconds
     local = threading.local()
 
-    def send(text: str) -> None:
+    def send(pair: tuple[str, str]) -> None:
         if time.monotonic() > stop_at:
             return
         client = getattr(local, "client", None) or httpx.Client(timeout=120)
         local.client = client
         start = time.perf_counter()
-        response = client.post(f"{url}/translate", json={"src": text})
+        response = client.post(f"{url}/{endpoint}", json=request(endpoint, pair))
         response.raise_for_status()
         latencies.append(time.perf_counter() - start)
 
     start = time.perf_counter()
     with ThreadPoolExecutor(clients) as pool:
-        list(pool.map(send, texts))
+        list(pool.map(send, pairs))
     wall = time.perf_counter() - start
     ms = sorted(1000 * x for x in latencies)
 
@@ -90,6 +105,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("ckpt", help="the real-text model's checkpoint")
     parser.add_argument("--backends", nargs="+", default=["torch", "ctranslate2"])
+    parser.add_argument("--endpoint", choices=["translate", "score", "search"], default="translate")
     parser.add_argument("--levels", nargs="+", type=int, default=[1, 8, 32], help="clients")
     parser.add_argument("--requests", type=int, default=256, help="requests a level")
     parser.add_argument("--seconds", type=float, default=60, help="at most, a level")
@@ -99,6 +115,9 @@ def main() -> None:
         help="rounds of every server, on and off in turn: medians, and each round's ratio",
     )  # fmt: skip
     args = parser.parse_args()
+    if args.endpoint == "search" and "ctranslate2" in args.backends:
+        parser.error("/search needs the checkpoint (an export reports no search's steps): "
+                     "--backends torch")  # fmt: skip
     if "ctranslate2" in args.backends:  # before any server starts: QK-norm does not export
         from seq2seq.checkpoint import load_module
         from seq2seq.export import check_exportable
@@ -109,8 +128,9 @@ def main() -> None:
             parser.error(f"{args.ckpt}: {refused}; or measure it with --backends torch")
     texts = sentences(args.requests + 8)
     warm, texts = texts[:8], texts[8:]
-    print(f"# {environment()}; {len(texts)} Tatoeba sentences, one a request; "
-          f"medians of {args.repeats} rounds")  # fmt: skip
+    print(f"# {environment()}; /{args.endpoint}: {len(texts)} Tatoeba sentences, one a "
+          f"request; medians of {args.repeats} rounds")  # fmt: skip
+    batchings = (("on", "32"),) if args.endpoint == "search" else (("on", "32"), ("off", "1"))
     results: dict[tuple, list[dict]] = {}
     with tempfile.TemporaryDirectory() as work:
         models = {"torch": [args.ckpt]}
@@ -120,16 +140,16 @@ def main() -> None:
             models["ctranslate2"] = ["--model", str(export(args.ckpt, Path(work) / "ct2"))]
         for _ in range(args.repeats):  # on and off side by side in each round: the machine's
             for backend in args.backends:  # other load moves both alike
-                for batching, max_batch in (("on", "32"), ("off", "1")):
+                for batching, max_batch in batchings:
                     wait = args.wait_ms if batching == "on" else "0"
                     server = ServeProcess(
                         *models[backend], "--max-batch", max_batch, "--wait-ms", wait,
                         "--timeout", "300",
                     ).ready()  # fmt: skip
                     try:
-                        load(server.url, warm, 4, 60)
+                        load(server.url, warm, 4, 60, args.endpoint)
                         for clients in args.levels:
-                            found = load(server.url, texts, clients, args.seconds)
+                            found = load(server.url, texts, clients, args.seconds, args.endpoint)
                             results.setdefault((backend, batching, clients), []).append(found)
                     finally:
                         server.stop()

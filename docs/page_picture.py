@@ -1,6 +1,10 @@
 """docs/pictures/page.png: the serve page, as tests/test_serve.py drives it, on a real model.
 
     python docs/page_picture.py RUN/checkpoints/BEST.ckpt --text "Where is the station?"
+    python docs/page_picture.py BEST.ckpt --explore --text "..." --own "..."  # exploring.md's
+
+--explore draws docs/pictures/explore.png as tests/test_explore.py drives the page: the search
+as a tree, an alternative clicked, and your own translation (--own) scored.
 
 Starts `python -m seq2seq.serve CKPT` on a free loopback port, opens its page in Debian's
 chromium through Playwright (tests/helpers.drive_page, the page test's own steps), types the
@@ -24,19 +28,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--text", default="Where is the station?")
     parser.add_argument("--layer", type=int, default=None, help="0-based; default the last")
     parser.add_argument("--head", default="mean", help="0-based, or mean")
-    parser.add_argument("--out", default=str(ROOT / "docs" / "pictures" / "page.png"))
+    parser.add_argument("--out", default=None, help="default docs/pictures/page.png (explore.png)")
+    parser.add_argument("--explore", action="store_true", help="the tree and your translation")
+    parser.add_argument("--own", default="", help="--explore: your translation, to score")
+    parser.add_argument("--beam", type=int, default=5, help="--explore: the tree's beam")
+    parser.add_argument("--step", type=int, default=1, help="--explore: the step clicked")
     args = parser.parse_args(argv)
-    from helpers import ServeProcess, drive_page
+    from helpers import ServeProcess, drive_explore, drive_page
 
+    name = "explore.png" if args.explore else "page.png"
+    out = Path(args.out or ROOT / "docs" / "pictures" / name)
     server = ServeProcess(args.ckpt).ready()
     try:
-        shown = drive_page(
-            server.url, args.text, Path(args.out), layer=args.layer, head=args.head,
-            size=(1280, 720),
-        )  # fmt: skip
+        if args.explore:
+            shown = drive_explore(server.url, args.text, args.own, out, args.beam, args.step,
+                                  size=(1280, 1100), top_k=3)  # fmt: skip
+        else:
+            shown = drive_page(
+                server.url, args.text, out, layer=args.layer, head=args.head, size=(1280, 720)
+            )
     finally:
         server.stop()
-    print(f"wrote {args.out}: {args.text!r} -> {shown['tgt']!r}")
+    print(f"wrote {out}: {args.text!r}: {shown}")
     return 0
 
 

@@ -79,16 +79,16 @@ class ExportedModel:
         search: Search,
         stop: Callable[[], bool] | None = None,
         prefixes: list[list[int]] | None = None,
-        allowed: list[list[int] | None] | None = None,
+        spell: list[str] | None = None,
     ) -> list[list[tuple]]:
         """Per source row of token ids, a list of (score, token ids) pairs, best first: the
         search translate asks for, as CTranslate2's options. max_len: one for every row, or one
         a row (CTranslate2 takes one a call: the rows are searched in a call a limit). stop is
         asked before each call, and after every token of a greedy or sampled one (CTranslate2
         asks no callback within a beam search): True raises SearchStopped. prefixes: the
-        tokens each output begins with (CTranslate2's target_prefix); `allowed` (a healed
-        prefix's next tokens) it cannot take."""
-        if allowed is not None and any(a is not None for a in allowed):
+        tokens each output begins with (CTranslate2's target_prefix); `spell` (a healed
+        prefix's last word) it cannot take."""
+        if spell is not None and any(spell):
             raise ValueError("CTranslate2 cannot restrict a step's tokens: send heal false")
         if stop is not None and stop():
             raise SearchStopped("the search was stopped before CTranslate2's call")

@@ -62,7 +62,7 @@ MAX_SEED = 2**32 - 1  # CTranslate2's set_random_seed takes an unsigned 32-bit i
 # translate decodes its inputs in batches of this many (its --batch-size default): a sampling
 # request is drawn in the same batches, so that its seed gives the same outputs.
 TRANSLATE_BATCH = 64
-HEAL_TOKENS = 4  # a healed prefix frees at most this many of its last word's tokens
+HEAL_TOKENS = 8  # a healed prefix frees at most this many of its last word's tokens
 
 
 # --- the settings, declared once ---------------------------------------------------------------
@@ -277,14 +277,14 @@ def pad(rows: list[list[int]], pad_id: int, device: torch.device) -> torch.Tenso
 class Sentence:
     """One sentence of a request, encoded: its token ids (none for a blank one, which gets an
     empty output), the most tokens its output may have, its unknown tokens, and the target
-    tokens its output must begin with (a prefix; `allowed`: the tokens the step after them may
-    take, where the prefix's last token is healed)."""
+    tokens its output must begin with (a prefix; `spell`: the text the tokens after them must
+    spell, where the prefix's last word is healed)."""
 
     ids: list[int]
     limit: int
     unknown: int
     prefix: list[int] = field(default_factory=list)
-    allowed: list[int] | None = None
+    spell: str = ""
 
 
 # --- the checkpoint's backend --------------------------------------------------------------------
@@ -302,12 +302,21 @@ class CheckpointModel:
         self.max_positions = self.module.config.max_positions
         self.decoding = self.module.decoding
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
+        self._token_texts: tuple[str, ...] = ()
 
-    def _prefix(self, prefixes: list[list[int]] | None, allowed: list | None) -> Prefix | None:
-        if not prefixes or (not any(prefixes) and all(a is None for a in allowed or [])):
+    def token_texts(self) -> tuple[str, ...]:
+        """Every target token's own text (the tokenizer's decoding of it alone; "" for the
+        special tokens), made once."""
+        if not self._token_texts:
+            vocab = self.tgt_vocab
+            self._token_texts = tuple(vocab.decode([i]) for i in range(len(vocab)))
+        return self._token_texts
+
+    def _prefix(self, prefixes: list[list[int]] | None, spell: list[str] | None) -> Prefix | None:
+        if not prefixes or (not any(prefixes) and not any(spell or [])):
             return None
-        config = self.module.config
-        return Prefix.of(prefixes, allowed, config.tgt_vocab_size, config.pad_id, self.device)
+        texts = self.token_texts() if spell and any(spell) else ()
+        return Prefix.of(prefixes, spell, self.module.config.pad_id, self.device, texts)
 
     def generate(
         self,
@@ -316,17 +325,17 @@ class CheckpointModel:
         search: Search,
         stop: Callable[[], bool] | None = None,
         prefixes: list[list[int]] | None = None,
-        allowed: list[list[int] | None] | None = None,
+        spell: list[str] | None = None,
         observe: Callable[[BeamStep], None] | None = None,
     ) -> list:
         """Per source row of token ids, a list of (score, token ids) pairs, best first; at
         most max_len tokens (one for every row, or one a row). stop is asked before every step:
-        True raises SearchStopped. prefixes: the tokens each output begins with (allowed: the
-        tokens the step after them may take; None: any). observe: beam search's BeamStep."""
+        True raises SearchStopped. prefixes: the tokens each output begins with (spell: the text
+        the tokens after them spell first; "": none). observe: beam search's BeamStep."""
         model, src = self.module.model, pad(rows, self.src_vocab.pad_id, self.device)
         if isinstance(max_len, list):
             max_len = torch.tensor(max_len, device=self.device)
-        prefix = self._prefix(prefixes, allowed)
+        prefix = self._prefix(prefixes, spell)
         if search.sampling is not None:
             s = search.sampling
             out = sample_decode(
@@ -387,7 +396,6 @@ class Engine:
             if self.backend == "torch"
             else read_export(self.path)["model"]
         )
-        self._token_texts: list[str] | None = None
 
     # --- a request, checked before it queues ----------------------------------------------
 
@@ -461,22 +469,15 @@ class Engine:
         cleaned = clean(text)
         return vocab.encode(cleaned) if cleaned else []
 
-    def token_texts(self) -> list[str]:
-        """Every target token's own text (the tokenizer's decoding of it alone), made once."""
-        if self._token_texts is None:
-            vocab = self.model.tgt_vocab
-            self._token_texts = [vocab.decode([i]) for i in range(len(vocab))]
-        return self._token_texts
-
     def _add_prefix(
         self, sentence: Sentence, text: str, heal: bool, spell: Callable[[str], str], index: int
     ) -> None:
         """The prefix's tokens, forced. Healed, the tokens of its last word (at most
-        HEAL_TOKENS, those after its last space) are freed: the step after the rest may take
-        any token whose text begins with theirs. The tokenizer alone splits "trois cent d" as
-        "trois", " cent", " ", "d", a split the model never makes; healed, the output goes on
-        as the model spells " deux" or " douze". The forced tokens count in the output's limit,
-        which grows to hold them and one more."""
+        HEAL_TOKENS, those after its last space) are freed: the tokens after the rest may be any
+        that spell the same text. The tokenizer alone splits "trois cent d" as "trois", " cent",
+        " ", "d", a split the model never makes; healed, the output goes on as the model spells
+        " deux" or " douze". The forced tokens count in the output's limit, which grows to hold
+        them and one more."""
         name = f"{spell('prefix')}[{index}]" if index else spell("prefix")
         ids = self._ids(self.model.tgt_vocab, text, name)
         if not ids:
@@ -492,17 +493,21 @@ class Engine:
                 "cannot begin with it; send a prefix in the model's own tokens"
             )
         if heal:
-            texts = self.token_texts()
-            for n in range(min(HEAL_TOKENS, len(ids)), 0, -1):
-                tail = "".join(texts[i] for i in ids[-n:])
-                if n > 1 and any(c.isspace() for c in tail[1:]):
-                    continue  # more than the last word
-                allowed = [i for i, t in enumerate(texts) if t and t.startswith(tail)]
-                if allowed:
-                    sentence.allowed, ids = allowed, ids[:-n]
-                    break
-        sentence.limit = min(max(sentence.limit, len(ids) + 1), self.max_positions)
+            texts = self.model.token_texts()
+            # Where the tokens' texts make the text (byte-level BPE, characters), the last
+            # word's; where a tokenizer joins its tokens with spaces (words, symbols), the last
+            # token, which its own text must begin.
+            joined = "".join(texts[i] for i in ids) == self.text(ids)
+            freed = 1
+            while (
+                joined and freed < min(HEAL_TOKENS, len(ids))
+                and not any(c.isspace() for c in "".join(texts[i] for i in ids[-freed - 1 :])[1:])
+            ):  # fmt: skip
+                freed += 1
+            sentence.spell = "".join(texts[i] for i in ids[-freed:])
+            ids = ids[:-freed]
         sentence.prefix = ids
+        sentence.limit = min(max(sentence.limit, len(ids) + 1), self.max_positions)
 
     def search_bytes(self, sentences: list[Sentence], search: Search) -> int:
         """About the most memory one search of these sentences holds at once, in bytes: per
@@ -574,9 +579,9 @@ class Engine:
             for start in range(0, len(todo), batch_size):
                 part = [sentences[i] for i in todo[start : start + batch_size]]
                 more = {}
-                if any(s.prefix or s.allowed is not None for s in part):
+                if any(s.prefix or s.spell for s in part):
                     more = {"prefixes": [s.prefix for s in part],
-                            "allowed": [s.allowed for s in part]}  # fmt: skip
+                            "spell": [s.spell for s in part]}  # fmt: skip
                 found = self.model.generate(
                     [s.ids for s in part], [s.limit for s in part], search, stop, **more
                 )
@@ -661,7 +666,8 @@ class Engine:
     ) -> dict[str, Any]:
         """The beam search of one sentence as it ran: at every step each live hypothesis (its
         slot in the beam, the slot it grew from, its last token, log-probability and
-        length-penalised score) with its top_k next tokens (probability, the score the
+        length-penalised score, whether the best output goes through it) with its top_k
+        next tokens (probability, the score the
         candidate would have, kept or pruned, the slot a kept one takes, and the text the output
         would begin with: a prefix to continue from), and at the end
         the hypotheses the search finished with, best first. Greedy search is a beam of 1."""
@@ -673,6 +679,7 @@ class Engine:
         vocab, penalty = self.model.tgt_vocab, search.decoding.length_penalty
         steps: list[dict[str, Any]] = []
         parents: list[int] = [0]  # slot -> the slot it grew from, at the step before
+        paths: list[tuple[dict[str, Any], list[int]]] = []  # each hypothesis and its tokens
 
         def observe(view: BeamStep) -> None:
             beam, size = view.log_prob.size(1), view.step.size(-1)
@@ -704,15 +711,21 @@ class Engine:
                         for i in shown if float(view.step[0, slot, i]) > -math.inf
                     ],
                 })  # fmt: skip
+                paths.append((hypotheses[-1], path))
             steps.append({"step": view.produced, "hypotheses": hypotheses})
             parents[:] = [c // size for c in view.best[0].tolist()]
 
         every = replace(search, n_best=search.decoding.beam_size, sampling=None)
-        more = {"prefixes": [sentence.prefix], "allowed": [sentence.allowed]}
+        more = {"prefixes": [sentence.prefix], "spell": [sentence.spell]}
         with torch.inference_mode():
             found = self.model.generate(
                 [sentence.ids], sentence.limit, every, stop, observe=observe, **more
             )[0]
+        pad = self.model.module.config.pad_id
+        best = self.model.module.output_ids(found[0][1])
+        for hypothesis, path in paths:  # on the best output's way: a prefix of it
+            own = [i for i in path if i != pad]
+            hypothesis["best"] = own == best[: len(own)]
         finished = [
             {"tgt": self.text(ids), "score": score,
              "tokens": [vocab.token_label(i) for i in self.model.module.output_ids(ids)]}

@@ -166,6 +166,52 @@ def drive_page(
             browser.close()
 
 
+def drive_explore(
+    url: str, text: str, own: str, out: Path, beam: int = 3, step: int = 1,
+    size: tuple[int, int] = (1280, 1000), top_k: int | None = None,
+) -> dict:  # fmt: skip
+    """Open the page in chromium, translate text at this beam, show the search as a tree,
+    click the first pruned alternative at `step` (0: the first word), then score `own` as
+    your translation; save a screenshot to out. Returns the prefix clicked, the output it gave,
+    the score shown for `own`, and the page's error line."""
+    import shutil
+
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=shutil.which("chromium"), args=CHROMIUM_FLAGS
+        )
+        try:
+            page = browser.new_page(viewport={"width": size[0], "height": size[1]})
+            page.goto(f"{url}/")
+            page.wait_for_selector("#beam")
+            page.fill("#src", text)
+            page.fill("#beam", str(beam))
+            page.click("#go")
+            page.wait_for_selector("#heatmap-table", timeout=60_000)
+            if top_k is not None:
+                page.fill("#tree-top-k", str(top_k))
+            page.click("#tree-go")
+            page.wait_for_selector("#tree-svg", timeout=60_000)
+            alternative = page.locator(f'#tree-svg .alt[data-step="{step}"]:not(.kept)').first
+            prefix = alternative.get_attribute("data-prefix")
+            alternative.click()
+            page.wait_for_selector("#branch-tgt", timeout=60_000)
+            page.fill("#own", own)
+            page.click("#score-own")
+            page.wait_for_selector("#own-score", timeout=60_000)
+            page.screenshot(path=str(out), full_page=True)
+            return {
+                "prefix": prefix,
+                "branched": page.inner_text("#branch-tgt"),
+                "own_score": float(page.get_attribute("#own-score", "data-score")),
+                "error": page.inner_text("#error").strip(),
+            }
+        finally:
+            browser.close()
+
+
 class ServeProcess:
     """`python -m seq2seq.serve ARGS --port 0` in its own process on 127.0.0.1 (the serve
     tests, bench/serve_http.py and docs/page_picture.py start servers this way). Its output is

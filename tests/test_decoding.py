@@ -253,3 +253,48 @@ def test_decoding_config_length_rule_and_checks() -> None:
     assert DecodingConfig.from_hparams(hparams) == decoding
     with pytest.raises(ValueError, match=r"model\.decoding\.beam_size must be a positive int"):
         DecodingConfig(beam_size=0)
+
+
+# --- a prefix: forced tokens, then a text spelled as the model likes ------------------------------
+
+# The tokens' texts of a made-up subword vocabulary: several ways to spell "abab".
+TEXTS = ("", "", "", "a", "b", "ab", "ba", "aba", "bab", "abab", "c", "ca")
+
+
+@pytest.mark.parametrize("search", ["greedy", "beam", "sample"])
+@pytest.mark.parametrize("spell", ["abab", "ba", "c", "babcaab"])
+def test_a_prefix_forces_its_tokens_then_spells_its_text(trained, search, spell) -> None:
+    """Whatever the model would say (the reversal model knows nothing of these texts), every
+    output begins with the forced tokens, then tokens whose texts spell `spell` (and may go on
+    past it within the last token), in every search."""
+    from seq2seq.core.decoding import Prefix
+
+    src = sources(batch=6)
+    forced = [[4, 3], [], [10], [5, 5, 5], [3], []]
+    prefix = Prefix.of(forced, [spell] * 6, PAD, src.device, TEXTS)
+    if search == "greedy":
+        out = greedy_decode(trained, src, 12, prefix=prefix)
+    elif search == "sample":
+        gen = torch.Generator().manual_seed(0)
+        out = sample_decode(trained, src, 12, generator=gen, prefix=prefix)
+    else:
+        out = beam_search(trained, src, 14, 5, n_best=5, prefix=prefix)[0].flatten(0, 1)
+        forced = [row for row in forced for _ in range(5)]
+    for row, own in zip(out.tolist(), forced, strict=True):
+        assert row[: len(own)] == own
+        spelled = ""
+        for token in row[len(own) :]:
+            if len(spelled) >= len(spell):
+                break
+            spelled += TEXTS[token]
+        assert spelled.startswith(spell), (row, own, spelled)
+
+
+def test_a_prefix_of_the_greedy_output_as_forced_tokens_leaves_it_unchanged(trained) -> None:
+    from seq2seq.core.decoding import Prefix
+
+    src = sources(batch=8)
+    greedy = greedy_decode(trained, src, 10).tolist()
+    for k in range(1, 6):
+        prefix = Prefix.of([row[:k] for row in greedy], None, PAD, src.device)
+        assert greedy_decode(trained, src, 10, prefix=prefix).tolist() == greedy

@@ -135,16 +135,16 @@ def test_what_cannot_be_scored_is_one_line(engine, texts, targets, message) -> N
 
 
 def test_a_prefix_of_the_greedy_output_leaves_it_unchanged_for_every_length(engine) -> None:
-    """For each sentence and each k, the first k tokens of the greedy output as a prefix (as
-    tokens, and as text healed and not) give the same output."""
+    """For each sentence and each k, the first k tokens of the greedy output as a prefix (its
+    text, healed and not) give the same output (every k of a sentence in one batch)."""
     checked = 0
     for text, hyps in zip(SENTENCES, outputs(engine, SENTENCES, beam=1), strict=True):
         ids = engine.model.module.output_ids(hyps[0][1])
-        for k in range(1, len(ids) + 1):
-            prefix = engine.text(ids[:k])
-            for heal in (True, False):
-                again = outputs(engine, [text], beam=1, prefix=prefix, heal=heal)[0][0][1]
-                assert engine.model.module.output_ids(again) == ids, (text, k, heal)
+        prefixes = [engine.text(ids[:k]) for k in range(1, len(ids) + 1)]
+        for heal in (True, False):
+            found = outputs(engine, [text] * len(prefixes), beam=1, prefix=prefixes, heal=heal)
+            for k, again in enumerate(found, start=1):
+                assert engine.model.module.output_ids(again[0][1]) == ids, (text, k, heal)
                 checked += 1
     assert checked > 100
 
@@ -211,6 +211,7 @@ def test_the_trees_best_is_the_translation_and_its_kept_are_the_top_beam(engine,
     for text in SENTENCES[:8]:
         tree = traced(engine, text, vocab, beam=beam, length_penalty=0.6)
         for step, after in zip(tree["steps"], [*tree["steps"][1:], None], strict=True):
+            assert sum(h["best"] for h in step["hypotheses"]) == 1  # the best output's way
             candidates = [
                 (c["score"], h["slot"], c["id"], c) for h in step["hypotheses"] for c in h["next"]
             ]
@@ -308,37 +309,13 @@ def test_the_page_draws_the_tree_branches_from_a_word_and_scores_your_translatio
         if os.environ.get("CI"):
             pytest.fail("chromium is missing: .ci/run installs it (apt-get install chromium)")
         pytest.skip("chromium is not installed (apt-get install chromium)")
-    playwright_api = pytest.importorskip("playwright.sync_api")
-    from helpers import CHROMIUM_FLAGS
+    pytest.importorskip("playwright.sync_api")
+    from helpers import drive_explore
 
     url, text, own = server.url, "3 1 4 1 5 9", "3 1 4 7 5 9"
-    with playwright_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=shutil.which("chromium"), args=CHROMIUM_FLAGS
-        )
-        try:
-            page = browser.new_page(viewport={"width": 1280, "height": 1000})
-            page.goto(f"{url}/")
-            page.wait_for_selector("#beam")
-            page.fill("#src", text)
-            page.fill("#beam", "3")
-            page.click("#go")
-            page.wait_for_selector("#heatmap-table", timeout=60_000)
-            page.click("#tree-go")
-            page.wait_for_selector("#tree-svg", timeout=60_000)
-            alternative = page.locator('#tree-svg .alt[data-step="1"]:not(.kept)').first
-            prefix = alternative.get_attribute("data-prefix")
-            alternative.click()
-            page.wait_for_selector("#branch-tgt", timeout=60_000)
-            branched = page.inner_text("#branch-tgt")
-            page.fill("#own", own)
-            page.click("#score-own")
-            page.wait_for_selector("#own-score", timeout=60_000)
-            shown_score = float(page.get_attribute("#own-score", "data-score"))
-            page.screenshot(path=str(tmp_path / "explore.png"), full_page=True)
-            error = page.inner_text("#error").strip()
-        finally:
-            browser.close()
+    shown = drive_explore(url, text, own, tmp_path / "explore.png", beam=3, step=1)
+    prefix, branched, error = shown["prefix"], shown["branched"], shown["error"]
+    shown_score = shown["own_score"]
     assert error == ""
     asked = {"src": text, "prefix": prefix, "heal": False, "beam": 3}
     assert branched == httpx.post(f"{url}/translate", json=asked).json()["tgt"]

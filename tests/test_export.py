@@ -551,9 +551,8 @@ def test_a_healed_prefix_ending_inside_a_word_goes_on_as_the_model_spells_it(che
     """Byte-level BPE: the greedy output cut after each of its characters, as text. Healed,
     the output is the greedy one wherever the tokens healing keeps forced are the model's own
     (inside words too: the tokenizer alone splits "trois cent d" into "trois", " cent", " ",
-    "d", a split the model never makes). Where the tokenizer's merges cross the model's token
-    boundary before the freed ones ("huith" as "hu", "i", "th" in a repeated "huithuit..."), it
-    may not be (docs/exploring.md). Forced as the tokenizer splits it, more cuts lead elsewhere."""
+    "d", a split the model never makes; the freed last word is spelled as the model spells
+    it). Forced as the tokenizer splits it, more cuts lead elsewhere."""
     from seq2seq.inference import Engine, Settings
 
     ours = Engine(checkpoints["bpe"])
@@ -561,20 +560,21 @@ def test_a_healed_prefix_ending_inside_a_word_goes_on_as_the_model_spells_it(che
     texts = texts_of(module, "bpe", 12)
     greedy = [hyps[0][1] for hyps in ct2_generate(ours, texts, beam=1)]
     healed_same = forced_same = cuts = own = 0
-    for text, ids in zip(texts, greedy, strict=True):
+    for text, ids in zip(texts, greedy, strict=True):  # every cut of a sentence in one batch
         output = ours.text(ids)
-        for end in range(1, len(output)):
-            chosen = Settings(beam=1, prefix=output[:end])
-            search = ours.search(chosen)
-            sentence = ours.encode([text], chosen, search)[0]
-            healed = ours.text(ours.generate([sentence], search)[0][0][1])
-            forced = ct2_generate(ours, [text], beam=1, prefix=output[:end], heal=False)
+        prefixes = [output[:end] for end in range(1, len(output))]
+        chosen = Settings(beam=1, prefix=prefixes)
+        search = ours.search(chosen)
+        sentences = ours.encode([text] * len(prefixes), chosen, search)
+        healed = [ours.text(h[0][1]) for h in ours.generate(sentences, search)]
+        forced = ct2_generate(ours, [text] * len(prefixes), beam=1, prefix=prefixes, heal=False)
+        for prefix, sentence, mine, theirs in zip(prefixes, sentences, healed, forced, strict=True):
             kept_own = sentence.prefix == ids[: len(sentence.prefix)]
             if kept_own:
-                assert healed == output, (text, output[:end])
+                assert mine == output, (text, prefix)
             own += kept_own
-            healed_same += healed == output
-            forced_same += ours.text(forced[0][0][1]) == output
+            healed_same += mine == output
+            forced_same += ours.text(theirs[0][1]) == output
             cuts += 1
     assert cuts > 100 and own > 0.9 * cuts
     assert forced_same < healed_same  # the case healing is for happens here

@@ -14,7 +14,7 @@ outputs before using them in anything autograd records.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 import torch
@@ -162,63 +162,84 @@ def _next_token_logits(
 
 @dataclass(frozen=True)
 class Prefix:
-    """Target tokens each row's output must begin with (its tokens are forced: every other
-    token gets -inf), and, optionally, the only tokens the step after them may take (a row of
-    `allowed`; seq2seq.inference heals a prefix's last token so). The forced tokens keep their
-    own log-probabilities: a search's score counts them, as a forced decoding of them would.
+    """Target tokens each row's output must begin with: forced tokens (every other token gets
+    -inf at their step), then, optionally, a text the next tokens must spell (a healed prefix's
+    last word, seq2seq.inference: any tokens whose texts make it, as the model spells it). The
+    forced tokens keep their own log-probabilities: a search's score counts them, as a forced
+    decoding of them would.
 
-    tokens: (B, P) ids, padded after a row's own prefix; lengths: (B,); allowed: (B, V) bool,
-    or None (every token). A row of length 0 and all-True allowed is free.
+    tokens: (N, P) ids, padded after a row's own; lengths: (N,); spell: a text a row ("": none);
+    texts: every token's text (what `spell` is matched against; "" for a special token). The
+    searches move the rows with their hypotheses (rows) and the texts on as tokens are taken
+    (advance).
     """
 
     tokens: Tensor
     lengths: Tensor
-    allowed: Tensor | None = None
+    spell: tuple[str, ...] = ()
+    texts: tuple[str, ...] = ()
+    _masks: dict = field(default_factory=dict, compare=False, repr=False)  # spell -> allowed
 
     @classmethod
     def of(
         cls,
         rows: list[list[int]],
-        allowed: list[list[int] | None] | None,
-        vocab_size: int,
+        spell: list[str] | None,
         pad_id: int,
         device: torch.device,
+        texts: tuple[str, ...] = (),
     ) -> Prefix:
-        """From per-row lists: each row's forced ids, and the ids its next step may take (None:
-        any)."""
+        """From per-row lists: each row's forced ids, and the text its next tokens spell."""
         width = max((len(r) for r in rows), default=0)
         tokens = torch.full((len(rows), max(width, 1)), pad_id, dtype=torch.long, device=device)
         for i, row in enumerate(rows):
             tokens[i, : len(row)] = torch.tensor(row, dtype=torch.long, device=device)
         lengths = torch.tensor([len(r) for r in rows], dtype=torch.long, device=device)
-        mask = None
-        if allowed is not None and any(a is not None for a in allowed):
-            mask = torch.ones(len(rows), vocab_size, dtype=torch.bool, device=device)
-            for i, ids in enumerate(allowed):
-                if ids is not None:
-                    mask[i] = False
-                    mask[i, ids] = True
-        return cls(tokens, lengths, mask)
+        spelled = tuple(spell) if spell is not None and any(spell) else ()
+        if spelled and not texts:
+            raise ValueError("a prefix that spells a text needs the tokens' texts")
+        return cls(tokens, lengths, spelled, texts)
 
     def rows(self, which: Tensor) -> Prefix:
-        """The prefixes of the rows `which` (a search whose finished sources leave it)."""
-        allowed = None if self.allowed is None else self.allowed[which]
-        return Prefix(self.tokens[which], self.lengths[which], allowed)
+        """The prefixes of rows `which`, in that order (a beam's hypotheses as they move)."""
+        spell = tuple(self.spell[i] for i in which.tolist()) if self.spell else ()
+        return Prefix(self.tokens[which], self.lengths[which], spell, self.texts, self._masks)
+
+    def _allowed(self, rest: str, device: torch.device) -> Tensor:
+        """(V,) the tokens that go on spelling `rest`: their text begins it, or finishes it."""
+        if rest not in self._masks:
+            self._masks[rest] = torch.tensor(
+                [bool(t) and (rest.startswith(t) or t.startswith(rest)) for t in self.texts],
+                device=device,
+            )
+        return self._masks[rest]
 
     def constrain(self, scores: Tensor, position: int) -> Tensor:
-        """scores (B, V) or (B, K, V) for output position `position` (0: the first token), with
-        what the prefix rules out at -inf."""
-        vocab = scores.size(-1)
-        keep = torch.ones(scores.size(0), vocab, dtype=torch.bool, device=scores.device)
-        if self.allowed is not None:
-            keep = torch.where((self.lengths == position)[:, None], self.allowed, keep)
+        """scores (N, V), or (B, K, V) with N = B*K rows, for output position `position` (0:
+        the first token), with what the prefix rules out at -inf."""
+        flat = scores.reshape(-1, scores.size(-1))
+        keep = torch.ones_like(flat, dtype=torch.bool)
+        if self.spell:
+            for i, rest in enumerate(self.spell):
+                if rest and int(self.lengths[i]) <= position:
+                    keep[i] = self._allowed(rest, flat.device)
         if position < self.tokens.size(1):
             forced = self.lengths > position
-            only = torch.nn.functional.one_hot(self.tokens[:, position], vocab).bool()
+            only = torch.nn.functional.one_hot(self.tokens[:, position], flat.size(-1)).bool()
             keep = torch.where(forced[:, None], only, keep)
-        if scores.dim() == 3:
-            keep = keep[:, None, :]
-        return scores.masked_fill(~keep, float("-inf"))
+        return flat.masked_fill(~keep, float("-inf")).view_as(scores)
+
+    def advance(self, tokens: Tensor, position: int) -> Prefix:
+        """After each row took tokens[i] at `position`: what it has left to spell."""
+        if not self.spell:
+            return self
+        spell = []
+        for i, (rest, token) in enumerate(zip(self.spell, tokens.tolist(), strict=True)):
+            if rest and int(self.lengths[i]) <= position:
+                text = self.texts[token]
+                rest = rest[len(text) :] if rest.startswith(text) else ""
+            spell.append(rest)
+        return Prefix(self.tokens, self.lengths, tuple(spell), self.texts, self._masks)
 
 
 @torch.inference_mode()
@@ -287,6 +308,8 @@ def _token_by_token(
         if prefix is not None:
             logits = prefix.constrain(logits, produced - 1)
         token = pick(logits).masked_fill(finished, cfg.pad_id)
+        if prefix is not None:
+            prefix = prefix.advance(token, produced - 1)
         out = torch.cat([out, token[:, None]], dim=1)
         finished |= (token == cfg.eos_id) | (limits <= produced)
         if bool(finished.all()):
@@ -433,6 +456,8 @@ def beam_search(
     cfg = model.config
     b, k, device = src.size(0), beam_size, src.device
     memory = model.encode(src).repeat_interleave(k, dim=0)  # (B*K, S, D)
+    if prefix is not None:  # a row a hypothesis: each spells on as it goes
+        prefix = prefix.rows(torch.arange(b, device=device).repeat_interleave(k))
     memory_keep = model.keep_mask(src).repeat_interleave(k, dim=0)
     cache, never = model.new_cache(), _never_outputs(model, device)
 
@@ -491,6 +516,8 @@ def beam_search(
         rows = (offsets + origin).view(-1)  # (B*K,) which beam each new beam extends
         cache.reorder(rows, within_source=True)  # a beam continues a beam of its own source
         tokens = torch.cat([tokens[rows], token.view(-1, 1)], dim=1)
+        if prefix is not None:
+            prefix = prefix.rows(rows).advance(token.view(-1), produced - 1)
         ended = finished.all(1)  # (B,)
         if bool(ended.all()):
             break
@@ -502,7 +529,7 @@ def beam_search(
             tokens, memory, memory_keep = tokens[rows], memory[rows], memory_keep[rows]
             log_prob, length, finished = log_prob[going], length[going], finished[going]
             limits, source = limits[going], source[going]
-            prefix = None if prefix is None else prefix.rows(going)
+            prefix = None if prefix is None else prefix.rows(rows)
             b = going.numel()
             offsets = (torch.arange(b, device=device) * k)[:, None]
     retire(torch.arange(b, device=device))
