@@ -33,6 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--own", default="", help="--explore: your translation, to score")
     parser.add_argument("--beam", type=int, default=5, help="--explore: the tree's beam")
     parser.add_argument("--step", type=int, default=1, help="--explore: the step clicked")
+    parser.add_argument("--word", default=None, help="--explore: the word clicked there")
     args = parser.parse_args(argv)
     from helpers import ServeProcess, drive_explore, drive_page
 
@@ -42,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.explore:
             shown = drive_explore(server.url, args.text, args.own, out, args.beam, args.step,
-                                  size=(1280, 1100), top_k=3)  # fmt: skip
+                                  size=(1280, 1100), top_k=3, word=args.word)  # fmt: skip
         else:
             shown = drive_page(
                 server.url, args.text, out, layer=args.layer, head=args.head, size=(1280, 720)

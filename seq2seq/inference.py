@@ -138,8 +138,8 @@ OPTIONS: tuple[Option, ...] = (
            "the output begins with this text, and the search goes on from it",
            optional=True, requests=SEARCHES),
     Option("heal", bool, True,
-           "with a prefix: its last token may become any token that begins with its text "
-           "(the model's own split of a word the prefix ends inside)", requests=SEARCHES),
+           "with a prefix: the tokens of its last word may be any that spell it, as the model "
+           "would (off: forced as the tokenizer splits them)", requests=SEARCHES),
 )  # fmt: skip
 _BY_NAME = {o.name: o for o in OPTIONS}
 

@@ -55,7 +55,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--input", help="a file with one input a line ('-': standard input)")
     add_arguments(parser)  # the search settings: seq2seq/inference.py declares them
     parser.add_argument(
-        "--prefix-file", help="one prefix a line, for the input on the same line ('': none)"
+        "--prefix-file", help="one prefix a line, for the input on the same line (empty: none)"
     )
     parser.add_argument(
         "--score", metavar="REF_FILE",

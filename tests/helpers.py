@@ -168,12 +168,13 @@ def drive_page(
 
 def drive_explore(
     url: str, text: str, own: str, out: Path, beam: int = 3, step: int = 1,
-    size: tuple[int, int] = (1280, 1000), top_k: int | None = None,
+    size: tuple[int, int] = (1280, 1000), top_k: int | None = None, word: str | None = None,
 ) -> dict:  # fmt: skip
     """Open the page in chromium, translate text at this beam, show the search as a tree,
-    click the first pruned alternative at `step` (0: the first word), then score `own` as
-    your translation; save a screenshot to out. Returns the prefix clicked, the output it gave,
-    the score shown for `own`, and the page's error line."""
+    click the first pruned alternative at `step` (0: the first word; or the alternative
+    `word` there), then score `own` as your translation; save a screenshot to out. Returns
+    the prefix clicked, the output it gave, the score shown for `own`, and the page's error
+    line."""
     import shutil
 
     from playwright.sync_api import sync_playwright
@@ -194,7 +195,8 @@ def drive_explore(
                 page.fill("#tree-top-k", str(top_k))
             page.click("#tree-go")
             page.wait_for_selector("#tree-svg", timeout=60_000)
-            alternative = page.locator(f'#tree-svg .alt[data-step="{step}"]:not(.kept)').first
+            which = f'[data-token="{word}"]' if word is not None else ":not(.kept)"
+            alternative = page.locator(f'#tree-svg .alt[data-step="{step}"]{which}').first
             prefix = alternative.get_attribute("data-prefix")
             alternative.click()
             page.wait_for_selector("#branch-tgt", timeout=60_000)

@@ -322,3 +322,19 @@ def test_the_page_draws_the_tree_branches_from_a_word_and_scores_your_translatio
     assert branched.startswith(prefix) and len(prefix.split()) == 2
     assert shown_score == httpx.post(f"{url}/score", json={"src": text, "tgt": own}).json()["score"]
     assert (tmp_path / "explore.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_scoring_past_the_memory_limit_is_refused_before_it_starts(engine) -> None:
+    from fastapi.testclient import TestClient
+
+    from seq2seq.serve.app import Limits, create_app
+
+    long = " ".join(["7"] * (engine.max_positions - 2))
+    small = Limits(max_search_mb=1.0)
+    with TestClient(create_app(engine, small)) as client:
+        one = client.post("/score", json={"src": "3 1", "tgt": "3 1"})
+        assert one.status_code == 200
+        many = client.post("/score", json={"src": [long] * 32, "tgt": [long] * 32})
+        assert many.status_code == 413
+        assert "more than this server's --max-search-mb 1" in many.json()["error"]
+        assert client.get("/health").json()["status"] == "ok"
