@@ -90,6 +90,8 @@ class ExportedModel:
         prefix's last word) it cannot take."""
         if spell is not None and any(spell):
             raise ValueError("CTranslate2 cannot restrict a step's tokens: send heal false")
+        if search.heads_off:
+            raise ValueError("CTranslate2 cannot switch heads off: serve the checkpoint")
         if stop is not None and stop():
             raise SearchStopped("the search was stopped before CTranslate2's call")
         if isinstance(max_len, list):
@@ -158,9 +160,13 @@ class ExportedModel:
             out.append(rescored)
         return out
 
-    def score(self, rows: list[list[int]], targets: list[list[int]]) -> list[list[float]]:
+    def score(
+        self, rows: list[list[int]], targets: list[list[int]], heads_off: tuple = ()
+    ) -> list[list[float]]:
         """Per (source, target) pair, the log-probability of each target token and of the
-        EOS after them: CTranslate2's score_batch."""
+        EOS after them: CTranslate2's score_batch (which cannot switch heads off)."""
+        if heads_off:
+            raise ValueError("CTranslate2 cannot switch heads off: serve the checkpoint")
         results = self.translator.score_batch(
             [[self._src_tokens[i] for i in row] for row in rows],
             [[self._tgt_tokens[i] for i in target] for target in targets],

@@ -18,6 +18,7 @@ only to check a request before it queues.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import math
@@ -30,6 +31,7 @@ import torch
 
 from seq2seq import __version__
 from seq2seq.checkpoint import load_module
+from seq2seq.core.attention import mask_heads
 from seq2seq.core.decoding import (
     BeamStep,
     DecodingConfig,
@@ -137,6 +139,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("prefix", str, None,
            "the output begins with this text, and the search goes on from it",
            optional=True, requests=SEARCHES),
+    Option("head_mask", str, None,
+           "attention heads to switch off, KIND:LAYER:HEAD a head, comma-separated (KIND: enc, "
+           "self or cross; from 0), e.g. cross:2:5,enc:0:1",
+           optional=True, requests=(*SEARCHES, "score")),
     Option("heal", bool, True,
            "with a prefix: the tokens of its last word may be any that spell it, as the model "
            "would (off: forced as the tokenizer splits them)", requests=SEARCHES),
@@ -203,6 +209,7 @@ def check(settings: Any, spell: Callable[[str], str] = http_name) -> None:
             f"{spell('n_best')} {s.n_best} needs a beam at least as wide: add "
             f"{spell('beam')} {s.n_best}"
         )
+    heads_off(s.head_mask, spell)
     if s.temperature < MIN_TEMPERATURE:  # the logits over it would overflow float32
         fail(
             f"{spell('temperature')} must be at least {MIN_TEMPERATURE:g}, got "
@@ -211,15 +218,37 @@ def check(settings: Any, spell: Callable[[str], str] = http_name) -> None:
         )
 
 
+HEAD_KINDS = {"enc": "encoder", "encoder": "encoder", "self": "self", "dec": "self",
+              "cross": "cross"}  # fmt: skip
+
+
+def heads_off(spec: str | None, spell: Callable[[str], str] = http_name) -> tuple:
+    """ "cross:2:5,enc:0:1" as ((kind, layer, head), ...), or a one-line RequestError."""
+    if not spec or not spec.strip():
+        return ()
+    found = []
+    for part in spec.split(","):
+        kind, *numbers = part.strip().split(":")
+        if kind not in HEAD_KINDS or len(numbers) != 2 or not all(n.isdigit() for n in numbers):
+            raise RequestError(
+                f"{spell('head_mask')} has {part.strip()!r}: write each head as KIND:LAYER:HEAD "
+                "(KIND enc, self or cross; LAYER and HEAD from 0), e.g. cross:2:5,enc:0:1"
+            )
+        found.append((HEAD_KINDS[kind], int(numbers[0]), int(numbers[1])))
+    return tuple(sorted(set(found)))
+
+
 def search_for(settings: Any, saved: DecodingConfig) -> Search:
     """The search the settings ask for; what they leave out is the model's own, as it was
     tested (its beam width, widened to n_best; its length penalty; its length rule)."""
+    off = heads_off(settings.head_mask)
     if settings.sample:
         sampling = Sampling(settings.temperature, settings.top_k, settings.top_p)
-        return Search(replace(saved, beam_size=1), sampling=sampling)
+        return Search(replace(saved, beam_size=1), sampling=sampling, heads_off=off)
     beam = settings.beam if settings.beam is not None else max(saved.beam_size, settings.n_best)
     penalty = saved.length_penalty if settings.length_penalty is None else settings.length_penalty
-    return Search(replace(saved, beam_size=beam, length_penalty=penalty), n_best=settings.n_best)
+    decoding = replace(saved, beam_size=beam, length_penalty=penalty)
+    return Search(decoding, n_best=settings.n_best, heads_off=off)
 
 
 def add_arguments(parser: argparse.ArgumentParser, request: str = "translate") -> None:
@@ -312,6 +341,12 @@ class CheckpointModel:
             self._token_texts = tuple(vocab.decode([i]) for i in range(len(vocab)))
         return self._token_texts
 
+    def heads(self, off: tuple = ()) -> Any:
+        """A context in which the heads `off` ((kind, layer, head), ...) are switched off."""
+        if not off:
+            return contextlib.nullcontext()
+        return mask_heads(self.module.model, self.module.model.head_masks(off))
+
     def _prefix(self, prefixes: list[list[int]] | None, spell: list[str] | None) -> Prefix | None:
         if not prefixes or (not any(prefixes) and not any(spell or [])):
             return None
@@ -332,6 +367,10 @@ class CheckpointModel:
         most max_len tokens (one for every row, or one a row). stop is asked before every step:
         True raises SearchStopped. prefixes: the tokens each output begins with (spell: the text
         the tokens after them spell first; "": none). observe: beam search's BeamStep."""
+        with self.heads(search.heads_off):
+            return self._generate(rows, max_len, search, stop, prefixes, spell, observe)
+
+    def _generate(self, rows, max_len, search, stop, prefixes, spell, observe) -> list:
         model, src = self.module.model, pad(rows, self.src_vocab.pad_id, self.device)
         if isinstance(max_len, list):
             max_len = torch.tensor(max_len, device=self.device)
@@ -354,13 +393,16 @@ class CheckpointModel:
             for s, t in zip(scores.tolist(), tokens.tolist(), strict=True)
         ]
 
-    def score(self, rows: list[list[int]], targets: list[list[int]]) -> list[list[float]]:
+    def score(
+        self, rows: list[list[int]], targets: list[list[int]], heads_off: tuple = ()
+    ) -> list[list[float]]:
         """Per (source, target) pair, the log-probability of each target token and of the
-        EOS after them (forced decoding)."""
+        EOS after them (forced decoding), with the heads `heads_off` switched off."""
         config = self.module.config
         src = pad(rows, config.pad_id, self.device)
         tgt = pad([[*t, config.eos_id] for t in targets], config.pad_id, self.device)
-        found = forced_log_probs(self.module.model, src, tgt).tolist()
+        with self.heads(heads_off):
+            found = forced_log_probs(self.module.model, src, tgt).tolist()
         return [row[: len(t) + 1] for row, t in zip(found, targets, strict=True)]
 
 
@@ -408,6 +450,17 @@ class Engine:
                 f"and cannot heal its last one: {_ask(spell, 'heal', False)}, or serve the "
                 "checkpoint", status=501,
             )  # fmt: skip
+        off = heads_off(settings.head_mask, spell)
+        if off and self.backend != "torch":
+            raise RequestError(
+                f"the CTranslate2 export cannot switch heads off: drop {spell('head_mask')}, or "
+                "serve the checkpoint", status=501,
+            )  # fmt: skip
+        if off:
+            try:
+                self.model.module.model.head_masks(off)
+            except ValueError as error:
+                raise RequestError(f"{spell('head_mask')}: {error}") from None
         return search_for(settings, self.model.decoding)
 
     def encode(
@@ -644,7 +697,8 @@ class Engine:
                     raise SearchStopped("the scoring was stopped between its batches")
                 rows = [s.ids for s in sentences[start : start + batch_size]]
                 part = targets[start : start + batch_size]
-                for ids, logprobs in zip(part, self.model.score(rows, part), strict=True):
+                found = self.model.score(rows, part, search.heads_off)
+                for ids, logprobs in zip(part, found, strict=True):
                     total = float(sum(logprobs))
                     out.append({
                         "score": total / len(logprobs) ** penalty,
@@ -764,7 +818,8 @@ class Engine:
         module = self.model.module
         (_, best), *_ = self.generate([sentence], search, stop=stop)[0]
         output = module.output_ids(best)
-        maps = module.attention(sentence.ids, output) if sentence.ids else None
+        with self.model.heads(search.heads_off):
+            maps = module.attention(sentence.ids, output) if sentence.ids else None
         src_vocab, tgt_vocab = self.model.src_vocab, self.model.tgt_vocab
         return {
             "src_tokens": [src_vocab.token_label(i) for i in sentence.ids],

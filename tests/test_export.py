@@ -486,6 +486,8 @@ def test_our_score_of_a_translation_is_ctranslate2s_score_batch(kind, checkpoint
     from seq2seq.inference import Engine, Settings
 
     ours, theirs = Engine(checkpoints[kind]), Engine(model_dir=str(exports[kind]))
+    with pytest.raises(ValueError, match="the CTranslate2 export cannot switch heads off"):
+        theirs.search(Settings(head_mask="cross:0:0"))
     module = load_module(checkpoints[kind])
     texts = texts_of(module, kind, 40)
     targets = [ours.text(hyps[0][1]) for hyps in ct2_generate(theirs, texts, beam=4)]

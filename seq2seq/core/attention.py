@@ -43,6 +43,7 @@ __all__ = [
     "attend",
     "capture_attention",
     "causal_mask",
+    "mask_heads",
 ]
 
 
@@ -203,6 +204,10 @@ class _Attention(nn.Module):
         # lets training take a higher learning rate. Identity (no parameters) when off.
         self.q_norm = nn.RMSNorm(k_dim, eps=QK_NORM_EPS) if qk_norm else nn.Identity()
         self.k_norm = nn.RMSNorm(k_dim, eps=QK_NORM_EPS) if qk_norm else nn.Identity()
+        # A weight a head (H,) on each head's output before they are joined (Michel et al.,
+        # 2019): 0 switches a head off, and the loss's gradient with respect to it is the
+        # head's importance. None (the default) is all ones. Set by mask_heads, never saved.
+        self.head_mask: Tensor | None = None
 
     def _split(self, x: Tensor, head_dim: int, heads: int | None = None) -> Tensor:
         b, t, _ = x.shape
@@ -234,6 +239,8 @@ class _Attention(nn.Module):
         out, weights = attend(
             q, k, v, mask, is_causal=is_causal, dropout_p=dropout_p, need_weights=need_weights
         )
+        if self.head_mask is not None:  # (B, H, Tq, Dv): each head's output weighed
+            out = out * self.head_mask.to(out.dtype)[:, None, None]
         out = out.transpose(1, 2).reshape(b, tq, self.num_heads * self.v_dim)  # (B, Tq, H*Dv)
         out = self.proj_o(out)
         return (out, weights) if need_weights else out
@@ -451,3 +458,33 @@ def capture_attention(model: nn.Module) -> Iterator[dict[str, Tensor]]:
     finally:
         for handle in handles:
             handle.remove()
+
+
+@contextmanager
+def mask_heads(model: nn.Module, masks: dict[str, Tensor]) -> Iterator[None]:
+    """Weigh each head's output by masks[name] (H,) in the attention module of that qualified
+    name (e.g. "decoder.layers.0.cross_attn"): 0 switches a head off, 1 keeps it, and a mask
+    that requires grad collects each head's importance. Restored on exit.
+
+        >>> with mask_heads(model, {"decoder.layers.1.cross_attn": torch.tensor([1., 0., 1., 1.])}):
+        ...     logits = model(src, tgt)
+    """
+    modules = dict(model.named_modules())
+    before = {}
+    for name, mask in masks.items():
+        module = modules.get(name)
+        if not isinstance(module, _Attention):
+            known = [n for n, m in modules.items() if isinstance(m, _Attention)]
+            raise ValueError(f"no attention module {name!r}; the model has {', '.join(known)}")
+        if mask.shape != (module.num_heads,):
+            raise ValueError(
+                f"the head mask of {name} must have shape ({module.num_heads},), "
+                f"got {tuple(mask.shape)}"
+            )
+        before[name] = module.head_mask
+        module.head_mask = mask
+    try:
+        yield
+    finally:
+        for name, mask in before.items():
+            modules[name].head_mask = mask

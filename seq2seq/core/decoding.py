@@ -89,11 +89,13 @@ class Sampling:
 class Search:
     """What translate asks of either backend (the checkpoint, or its CTranslate2 export): the
     DecodingConfig (beam width, length penalty; the length rule gives max_len), how many
-    outputs an input (n_best <= beam), or sampling instead of a search."""
+    outputs an input (n_best <= beam), or sampling instead of a search; and attention heads
+    to switch off while it runs (Seq2SeqTransformer.head_masks)."""
 
     decoding: DecodingConfig
     n_best: int = 1
     sampling: Sampling | None = None
+    heads_off: tuple[tuple[str, int, int], ...] = ()  # (kind, layer, head): switched off
 
     def __post_init__(self) -> None:
         checks.integer("n_best", self.n_best, minimum=1)

@@ -19,6 +19,7 @@ Axis letters: B batch, S source length, T target length, D model width, V vocabu
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -229,6 +230,33 @@ class Seq2SeqTransformer(nn.Module):
             x, tgt_keep[:, None, None, :], memory, memory_keep[:, None, None, :], cache
         )
         return self.generator(x[:, -1:] if last_only else x)
+
+    def attention_module(self, kind: str, layer: int) -> str:
+        """The qualified name of a layer's attention of a kind: "encoder" (the encoder's
+        self-attention), "self" (the decoder's) or "cross"; a one-line error for one the
+        model lacks."""
+        layers = {"encoder": self.config.num_encoder_layers, "self": self.config.num_decoder_layers,
+                  "cross": self.config.num_decoder_layers}  # fmt: skip
+        if kind not in layers:
+            raise ValueError(f"an attention kind is encoder, self or cross, got {kind!r}")
+        if not 0 <= layer < layers[kind]:
+            raise ValueError(f"{kind} attention has layers 0-{layers[kind] - 1}, got layer {layer}")
+        side = "encoder" if kind == "encoder" else "decoder"
+        return f"{side}.layers.{layer}.{'cross_attn' if kind == 'cross' else 'self_attn'}"
+
+    def head_masks(self, off: Iterable[tuple[str, int, int]]) -> dict[str, Tensor]:
+        """mask_heads' masks that switch off the heads (kind, layer, head) and keep the rest."""
+        masks: dict[str, Tensor] = {}
+        device = next(self.parameters()).device
+        for kind, layer, head in off:
+            name = self.attention_module(kind, layer)
+            if not 0 <= head < self.config.num_heads:
+                raise ValueError(
+                    f"{kind} attention has heads 0-{self.config.num_heads - 1}, got head {head}"
+                )
+            mask = masks.setdefault(name, torch.ones(self.config.num_heads, device=device))
+            mask[head] = 0.0
+        return masks
 
     def new_cache(self) -> DecoderCache:
         return DecoderCache(self.config.num_decoder_layers)

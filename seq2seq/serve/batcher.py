@@ -68,8 +68,8 @@ class Job:
         or other work the job itself (a draw from its own seed)."""
         if self.search.sampling is not None or self.work is not None:
             return ("alone", self.number)
-        if self.targets is not None:  # scored together: the length penalty is all they share
-            return ("score", self.search.decoding.length_penalty)
+        if self.targets is not None:  # scored together: they share the penalty and the heads
+            return ("score", self.search.decoding.length_penalty, self.search.heads_off)
         return ("search", self.search)
 
     def expired(self) -> bool:

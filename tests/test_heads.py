@@ -1,0 +1,165 @@
+"""Attention heads switched off (Michel et al., 2019's head mask): the mask weighs each head's
+output before the heads are joined. An all-ones mask changes nothing; a zero equals zeroing
+that head's slice of the joined head outputs by hand, for every attention kind and with
+grouped key/value heads; the loss's gradient with respect to the mask is what finite
+differences say; and translate and the server switch heads off as asked."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from seq2seq.core.attention import mask_heads
+from seq2seq.core.decoding import beam_search, greedy_decode
+from seq2seq.core.model import ModelConfig, Seq2SeqTransformer
+
+KINDS = ("encoder", "self", "cross")
+
+
+def tiny(kv_heads: int | None = None, dtype=torch.float32) -> Seq2SeqTransformer:
+    torch.manual_seed(0)
+    config = ModelConfig(13, 13, d_model=32, num_heads=4, d_ff=48, dropout=0.0,
+                         max_positions=24, num_kv_heads=kv_heads)  # fmt: skip
+    return Seq2SeqTransformer(config).to(dtype).eval()
+
+
+def batch(dtype=torch.long) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(1)
+    src = torch.randint(3, 13, (5, 7), generator=gen)
+    src[3, 5:] = 0  # padding
+    tgt = torch.randint(3, 13, (5, 6), generator=gen)
+    labels = torch.randint(3, 13, (5, 6), generator=gen)
+    return src, tgt, labels
+
+
+def test_an_all_ones_mask_changes_nothing() -> None:
+    model = tiny()
+    src, tgt, _ = batch()
+    every = {model.attention_module(kind, layer): torch.ones(4) for kind in KINDS
+             for layer in range(2)}  # fmt: skip
+    plain = model(src, tgt)
+    found = (greedy_decode(model, src, 8), *beam_search(model, src, 8, 3, 0.6, n_best=2))
+    with mask_heads(model, every):
+        assert torch.equal(model(src, tgt), plain)
+        again = (greedy_decode(model, src, 8), *beam_search(model, src, 8, 3, 0.6, n_best=2))
+    assert all(torch.equal(a, b) for a, b in zip(found, again, strict=True))
+
+
+@pytest.mark.parametrize("kv_heads", [None, 2, 1])
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_zero_equals_zeroing_that_heads_slice_by_hand(kind, kv_heads) -> None:
+    """The joined head outputs are the input of the output projection, (B, T, H * Dv): a hook
+    zeroes head h's Dv columns there; the mask must give the same logits, with the cache too."""
+    model = tiny(kv_heads)
+    src, tgt, _ = batch()
+    layer, head = 1, 2
+    name = model.attention_module(kind, layer)
+    module = dict(model.named_modules())[name]
+    width = module.v_dim
+
+    def zero_slice(mod, args):
+        joined = args[0].clone()
+        joined[..., head * width : (head + 1) * width] = 0
+        return (joined,)
+
+    handle = module.proj_o.register_forward_pre_hook(zero_slice)
+    try:
+        by_hand = model(src, tgt)
+        greedy_by_hand = greedy_decode(model, src, 8)
+    finally:
+        handle.remove()
+    assert not torch.allclose(by_hand, model(src, tgt))  # the head mattered
+    with mask_heads(model, model.head_masks([(kind, layer, head)])):
+        torch.testing.assert_close(model(src, tgt), by_hand, rtol=0, atol=1e-6)
+        assert torch.equal(greedy_decode(model, src, 8), greedy_by_hand)
+
+
+def test_the_masks_gradient_is_what_finite_differences_say() -> None:
+    model = tiny(2, torch.float64)
+    src, tgt, labels = batch()
+
+    def loss(masks: dict) -> torch.Tensor:
+        with mask_heads(model, masks):
+            logits = model(src, tgt)
+        return F.cross_entropy(logits.flatten(0, 1), labels.flatten())
+
+    names = [model.attention_module(kind, 1) for kind in KINDS]
+    masks = {name: torch.ones(4, dtype=torch.float64, requires_grad=True) for name in names}
+    loss(masks).backward()
+    eps = 1e-6
+    for name in names:
+        for head in range(4):
+            nudged = {n: m.detach().clone() for n, m in masks.items()}
+            nudged[name][head] += eps
+            up = loss(nudged)
+            nudged[name][head] -= 2 * eps
+            down = loss(nudged)
+            estimate = (up - down) / (2 * eps)
+            assert masks[name].grad[head].item() == pytest.approx(
+                estimate.item(), rel=1e-5, abs=1e-9
+            )
+
+
+def test_a_mask_the_model_lacks_is_one_line() -> None:
+    model = tiny()
+    with pytest.raises(ValueError, match="cross attention has layers 0-1, got layer 5"):
+        model.head_masks([("cross", 5, 0)])
+    with pytest.raises(ValueError, match="encoder attention has heads 0-3, got head 4"):
+        model.head_masks([("encoder", 0, 4)])
+    wrong = {"decoder.layers.0.cross_attn": torch.ones(3)}
+    with (
+        pytest.raises(ValueError, match=r"must have shape \(4,\), got \(3,\)"),
+        mask_heads(model, wrong),
+    ):
+        pass
+
+
+# --- translate and the server -------------------------------------------------------------------
+
+
+def test_translate_and_the_server_switch_off_the_heads_asked(trained, capsys) -> None:
+    """Every cross-attention head of the copy model off: it can no longer copy. translate,
+    /translate and /score agree with the core's search and forced decoding under that mask."""
+    from fastapi.testclient import TestClient
+
+    from seq2seq import translate as translate_cli
+    from seq2seq.core.decoding import forced_log_probs
+    from seq2seq.inference import Engine
+    from seq2seq.serve.app import create_app
+
+    ckpt = trained[0]["best_checkpoint"]
+    engine = Engine(ckpt)
+    net = engine.model.module.model
+    layers, heads = net.config.num_decoder_layers, net.config.num_heads
+    spec = ",".join(f"cross:{layer}:{head}" for layer in range(layers) for head in range(heads))
+    text = "3 1 4 1 5 9 2"
+    assert translate_cli.main(["--ckpt", ckpt, "--head-mask", spec, text]) == 0
+    masked = capsys.readouterr().out.strip()
+    assert masked != text  # without cross-attention the copy model cannot copy
+    src = torch.tensor([engine.model.src_vocab.encode(text)])
+    limit = engine.model.decoding.max_len(src.size(1), net.config.max_positions)
+    off = [("cross", layer, head) for layer in range(layers) for head in range(heads)]
+    with mask_heads(net, net.head_masks(off)):
+        core = greedy_decode(net, src, limit)[0].tolist()
+        eos = engine.model.tgt_vocab.eos_id
+        target = torch.tensor([[*engine.model.tgt_vocab.encode(text), eos]])
+        forced = forced_log_probs(net, src, target).sum().item()
+    assert masked == engine.text(core)
+    with TestClient(create_app(engine)) as client:
+        answer = client.post("/translate", json={"src": text, "beam": 1, "head_mask": spec})
+        assert answer.json()["tgt"] == masked
+        scored = client.post("/score", json={"src": text, "tgt": text, "head_mask": spec})
+        assert scored.json()["logprob"] == pytest.approx(forced, rel=1e-5)
+        plain = client.post("/score", json={"src": text, "tgt": text}).json()["logprob"]
+        assert plain > scored.json()["logprob"]
+        for bad, message in [
+            ("cross:1", "head_mask has 'cross:1': write each head as KIND:LAYER:HEAD"),
+            ("cross:9:0", "head_mask: cross attention has layers 0-"),
+            ("enc:0:99", "head_mask: encoder attention has heads 0-"),
+        ]:
+            refused = client.post("/translate", json={"src": text, "head_mask": bad})
+            assert refused.status_code == 422 and message in refused.json()["error"]
+    with pytest.raises(SystemExit):  # refused with the other options, before the model loads
+        translate_cli.main(["--ckpt", ckpt, "--head-mask", "x:0:0", text])
+    assert "--head-mask has 'x:0:0'" in capsys.readouterr().err
