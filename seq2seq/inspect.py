@@ -3,6 +3,7 @@
     python -m seq2seq.inspect best.ckpt                 # a readable report
     python -m seq2seq.inspect best.ckpt --json          # the same as JSON
     python -m seq2seq.inspect best.ckpt --attention "3 1 4 1 5" --out attn.png
+    python -m seq2seq.inspect best.ckpt --attention "3 1 4 1 5" --grid cross   # model_view.png
     python -m seq2seq.inspect a.ckpt b.ckpt --diff      # which config values and tensors differ
     python -m seq2seq.inspect RUN_DIR --curves          # RUN_DIR/curves.png: loss, lr, metrics
 
@@ -139,10 +140,11 @@ def diff(path_a: str, path_b: str) -> list[str]:
     return lines
 
 
-def plot_attention(path: str, text: str, out: str) -> int:
+def plot_attention(path: str, text: str, out: str, grid: str | None = None) -> int:
     """Decode text greedily, then draw the encoder's attention over the source and the
-    decoder's while it reads its output."""
-    from seq2seq.plots import attention_figure
+    decoder's while it reads its output; with grid (an attention kind), every layer and head
+    of that kind as small maps (the page's model view)."""
+    from seq2seq.plots import attention_figure, model_view_figure
 
     module = load_module(path)
     vocab_in, vocab_out = module.src_vocab, module.tgt_vocab
@@ -153,6 +155,13 @@ def plot_attention(path: str, text: str, out: str) -> int:
         output = module.output_ids(module.greedy(src)[0].tolist())
     maps = module.attention(src[0].tolist(), output)
     tgt_in = [vocab_out.bos_id, *output[:-1]]
+    if grid is not None:
+        title = f"{text!r} -> {vocab_out.decode(output)!r}: {grid} attention"
+        figure = model_view_figure(maps[grid], title, grid)
+        save_figure(figure, out, bbox_inches="tight")
+        heads = sum(layer.size(0) for layer in maps[grid])
+        print(f"wrote {out}: {len(maps[grid])} layers, {heads} heads of {grid} attention")
+        return 0
     figure = attention_figure(
         cross=maps["cross"],
         self_attn=maps["self"],
@@ -177,6 +186,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--attention", metavar="TEXT", help="draw attention while decoding TEXT")
+    parser.add_argument(
+        "--grid", nargs="?", const="cross", choices=["cross", "self", "encoder"],
+        help="with --attention: every layer and head of one kind (default cross) as small maps",
+    )  # fmt: skip
     parser.add_argument("--curves", action="store_true", help="draw a run's training curves")
     parser.add_argument(
         "--out", help="where --attention (attention.png) or --curves (RUN_DIR/curves.png) writes"
@@ -186,6 +199,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.diff != (len(args.checkpoints) == 2) or len(args.checkpoints) > 2:
         parser.error("give one checkpoint, or two with --diff")
+    if args.grid is not None and args.attention is None:
+        parser.error('--grid draws the attention of a sentence: add --attention "TEXT"')
 
     def work() -> int:
         if args.diff:
@@ -195,7 +210,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             out = write_curves(args.checkpoints[0], args.out)
             print(f"training curves: {out}")
         elif args.attention is not None:
-            return plot_attention(args.checkpoints[0], args.attention, args.out or "attention.png")
+            out = args.out or ("model_view.png" if args.grid else "attention.png")
+            return plot_attention(args.checkpoints[0], args.attention, out, args.grid)
         elif args.json:
             print(json.dumps(report(args.checkpoints[0]), indent=2))
         else:

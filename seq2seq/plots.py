@@ -70,3 +70,39 @@ def attention_figure(
     if title:
         fig.suptitle(title)
     return fig
+
+
+def model_view_figure(layers: Sequence[Tensor], title: str = "", kind: str = "cross"):
+    """Every layer and head of one attention kind at once (bertviz's model view): a row a
+    layer, a column a head, small heat maps without labels, as the page's grid draws them.
+
+    Args:
+        layers: per layer, the weights (H, Tq, Tk).
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    heads = layers[0].size(0)
+    rows, cols = layers[0].shape[1:]
+    size = 1.3
+    fig, axes = plt.subplots(
+        len(layers), heads, figsize=(size * heads + 1.0, size * len(layers) * rows / cols + 0.8),
+        squeeze=False, layout="constrained",
+    )  # fmt: skip
+    image = None
+    for layer, weights in enumerate(layers):
+        for head in range(heads):
+            ax = axes[layer][head]
+            image = ax.imshow(weights[head].float().cpu().numpy(), vmin=0.0, vmax=1.0, cmap="Blues")
+            ax.set_xticks([])
+            ax.set_yticks([])
+            if layer == 0:
+                ax.set_title(f"head {head}", fontsize=8)
+            if head == 0:
+                ax.set_ylabel(f"layer {layer}", fontsize=8)
+    fig.colorbar(image, ax=axes, shrink=0.6, label=f"{kind} attention probability")
+    if title:
+        fig.suptitle(title, fontsize=9)
+    return fig

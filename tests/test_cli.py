@@ -203,6 +203,25 @@ def test_inspect_attention_writes_a_heat_map(trained: Trained, tmp_path: Path, c
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_inspect_grid_draws_every_layer_and_head_of_one_kind(trained, tmp_path, capsys):
+    from seq2seq.plots import model_view_figure
+
+    out = tmp_path / "grid.png"
+    args = [ckpt(trained), "--attention", "3 1 4", "--grid", "encoder", "--out", str(out)]
+    assert inspect_cli.main(args) == 0
+    net = trained[1].model.net
+    heads = net.num_encoder_layers * net.num_heads
+    assert f"{net.num_encoder_layers} layers, {heads} heads of encoder attention" in (
+        capsys.readouterr().out
+    )
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    figure = model_view_figure([torch.rand(3, 4, 5).softmax(-1) for _ in range(2)], "t")
+    panels = [ax for ax in figure.axes if ax.get_label() != "<colorbar>"]
+    assert len(panels) == 6 and [ax.get_title() for ax in panels[:3]] == [
+        "head 0", "head 1", "head 2"
+    ]  # fmt: skip
+
+
 def test_attention_figure_has_a_labelled_panel_per_layer_and_head() -> None:
     encoder = [torch.rand(3, 5, 5).softmax(-1) for _ in range(3)]
     cross = [torch.rand(3, 4, 5).softmax(-1) for _ in range(2)]

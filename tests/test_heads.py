@@ -163,3 +163,55 @@ def test_translate_and_the_server_switch_off_the_heads_asked(trained, capsys) ->
     with pytest.raises(SystemExit):  # refused with the other options, before the model loads
         translate_cli.main(["--ckpt", ckpt, "--head-mask", "x:0:0", text])
     assert "--head-mask has 'x:0:0'" in capsys.readouterr().err
+
+
+def test_the_page_switches_a_head_off_in_the_model_view(trained, tmp_path) -> None:
+    """In chromium: translate, then switch two cross-attention heads off in the grid of every
+    layer and head: the translation shown is /translate's with that head_mask, the score
+    shown is /score's under it, and the grid marks them off."""
+    import os
+    import shutil
+
+    import httpx
+
+    if not shutil.which("chromium"):
+        if os.environ.get("CI"):
+            pytest.fail("chromium is missing: .ci/run installs it (apt-get install chromium)")
+        pytest.skip("chromium is not installed (apt-get install chromium)")
+    playwright_api = pytest.importorskip("playwright.sync_api")
+    from helpers import CHROMIUM_FLAGS, ServeProcess
+
+    text = "3 1 4 1 5 9 2 6"
+    server = ServeProcess(trained[0]["best_checkpoint"], "--wait-ms", "5").ready()
+    try:
+        with playwright_api.sync_playwright() as playwright:
+            browser = playwright.chromium.launch(
+                executable_path=shutil.which("chromium"), args=CHROMIUM_FLAGS
+            )
+            try:
+                page = browser.new_page(viewport={"width": 1280, "height": 1000})
+                page.goto(f"{server.url}/")
+                page.wait_for_selector("#beam")
+                page.fill("#src", text)
+                page.click("#go")
+                page.wait_for_selector("#grid canvas", timeout=60_000)
+                heads = page.locator("#grid button.toggle").count()
+                for layer, head in ((0, 0), (1, 1)):
+                    selector = f'button.toggle[data-layer="{layer}"][data-head="{head}"]'
+                    page.click(f"#grid {selector}")
+                    page.wait_for_selector(f"#grid .cell.off {selector}", timeout=60_000)
+                page.wait_for_function("document.getElementById('time').dataset.score")
+                shown = page.inner_text("#tgt")
+                score = float(page.get_attribute("#time", "data-score"))
+                mask = page.input_value("#head_mask")
+                off = page.locator("#grid .cell.off").count()
+                page.screenshot(path=str(tmp_path / "heads.png"), full_page=True)
+            finally:
+                browser.close()
+        assert mask == "cross:0:0,cross:1:1" and off == 2 and heads >= 8
+        asked = {"src": text, "head_mask": mask}
+        assert shown == httpx.post(f"{server.url}/translate", json=asked).json()["tgt"]
+        scored = httpx.post(f"{server.url}/score", json={**asked, "tgt": shown}).json()
+        assert score == pytest.approx(scored["score"])
+    finally:
+        server.stop()
