@@ -31,7 +31,7 @@ import torch
 
 from seq2seq import __version__
 from seq2seq.checkpoint import load_module
-from seq2seq.core.attention import mask_heads
+from seq2seq.core.attention import force_attention, mask_heads
 from seq2seq.core.decoding import (
     BeamStep,
     DecodingConfig,
@@ -122,7 +122,7 @@ OPTIONS: tuple[Option, ...] = (
            "must be a finite number", optional=True, requests=(*SEARCHES, "score")),
     Option("max_len", int, None,
            "most new tokens per output (default: the model's rule, a * source length + b)",
-           "must be at least 1", low=1, optional=True, requests=SEARCHES),
+           "must be at least 1", low=1, optional=True, requests=(*SEARCHES, "what_if")),
     Option("sample", bool, False, "draw each token instead of searching"),
     Option("temperature", float, 1.0, "sampling: divides the logits (below 1 sharpens)",
            "must be a positive number", low=0, low_open=True),
@@ -135,14 +135,14 @@ OPTIONS: tuple[Option, ...] = (
     Option("seed", int, 0, "sampling: where the draw starts",
            f"must be in 0-{MAX_SEED} (both backends take 32 bits)", low=0, high=MAX_SEED),
     Option("truncate", bool, False, "cut an input longer than the model accepts",
-           requests=(*SEARCHES, "score")),
+           requests=(*SEARCHES, "score", "what_if")),
     Option("prefix", str, None,
            "the output begins with this text, and the search goes on from it",
            optional=True, requests=SEARCHES),
     Option("head_mask", str, None,
            "attention heads to switch off, KIND:LAYER:HEAD a head, comma-separated (KIND: enc, "
            "self or cross; from 0), e.g. cross:2:5,enc:0:1",
-           optional=True, requests=(*SEARCHES, "score")),
+           optional=True, requests=(*SEARCHES, "score", "what_if")),
     Option("heal", bool, True,
            "with a prefix: the tokens of its last word may be any that spell it, as the model "
            "would (off: forced as the tokenizer splits them)", requests=SEARCHES),
@@ -790,6 +790,72 @@ class Engine:
             "beam": search.decoding.beam_size, "length_penalty": penalty,
             "prefix": [vocab.token_label(i) for i in sentence.prefix],
             "steps": steps, "finished": finished,
+        }  # fmt: skip
+
+    def what_if(
+        self,
+        sentence: Sentence,
+        search: Search,
+        step: int,
+        layer: int,
+        source: int,
+        head: int | None = None,
+        weights: torch.Tensor | None = None,
+    ) -> dict[str, Any]:
+        """Seq2Seq-Vis's attention what-if: the greedy output, then the same with output step
+        `step`'s cross-attention in `layer` (all heads, or `head`) forced onto source token
+        `source` (or onto `weights`, (S,)), and greedy search going on from the token that
+        step then takes. Both outputs with their scores (the model's, forced decoding)."""
+        if self.backend != "torch":
+            raise RequestError(
+                "the attention what-if needs the checkpoint: serve it with python -m "
+                "seq2seq.serve CKPT (CTranslate2 cannot change a step's attention)", status=501,
+            )  # fmt: skip
+        module, net = self.model.module, self.model.module.model
+        config = net.config
+        greedy = replace(search, decoding=replace(search.decoding, beam_size=1), n_best=1)
+        before = module.output_ids(self.generate([sentence], greedy)[0][0][1])
+        name = f"cross attention layer {layer}"
+        try:
+            attention = dict(net.named_modules())[net.attention_module("cross", layer)]
+        except ValueError as error:
+            raise RequestError(f"layer: {error}") from None
+        bounds = (("step", step, len(before)), ("source", source, len(sentence.ids)),
+                  ("head", head, config.num_heads))  # fmt: skip
+        for what, value, size in bounds:
+            if value is not None and not 0 <= value < size:
+                raise RequestError(
+                    f"{what} must be in 0-{size - 1} (the {name}'s output has {len(before)} "
+                    f"steps, the source {len(sentence.ids)} tokens, the layer "
+                    f"{config.num_heads} heads), got {value}"
+                )
+        device = self.model.device
+        heads = torch.zeros(config.num_heads, dtype=torch.bool, device=device)
+        heads[slice(None) if head is None else head] = True
+        if weights is None:
+            weights = torch.zeros(len(sentence.ids), device=device)
+            weights[source] = 1.0
+        src = torch.tensor([sentence.ids], device=device)
+        tgt_in = torch.tensor([[config.bos_id, *before[:step]]], device=device)
+        with torch.inference_mode(), self.model.heads(search.heads_off):
+            with force_attention(attention, heads, weights):
+                logits = net(src, tgt_in)[0, -1]
+            logits[[config.pad_id, config.bos_id]] = -math.inf
+            token = int(logits.argmax())
+        forced = replace(sentence, prefix=[*before[:step], token], spell="",
+                         limit=min(max(sentence.limit, step + 2), self.max_positions))  # fmt: skip
+        after = module.output_ids(self.generate([forced], greedy)[0][0][1])
+        vocab = self.model.tgt_vocab
+        texts = [vocab.decode(before), vocab.decode(after)]
+        scores = [
+            self.score([sentence], [vocab.encode(t)], search)[0]["score"] if t.strip() else None
+            for t in texts
+        ]
+        return {
+            "tgt": texts[1], "score": scores[1], "before": texts[0], "before_score": scores[0],
+            "step": step, "layer": layer, "head": head, "source": source,
+            "source_token": self.model.src_vocab.token_label(sentence.ids[source]),
+            "was": vocab.token_label(before[step]), "token": vocab.token_label(token),
         }  # fmt: skip
 
     def _reseed(self, seed: int) -> None:

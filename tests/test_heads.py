@@ -166,9 +166,10 @@ def test_translate_and_the_server_switch_off_the_heads_asked(trained, capsys) ->
 
 
 def test_the_page_switches_a_head_off_in_the_model_view(trained, tmp_path) -> None:
-    """In chromium: translate, then switch two cross-attention heads off in the grid of every
-    layer and head: the translation shown is /translate's with that head_mask, the score
-    shown is /score's under it, and the grid marks them off."""
+    """In chromium: translate; click a cell of the cross-attention map: the what-if shown is
+    /what-if's for that step and source token; then switch two cross-attention heads off in
+    the grid of every layer and head: the translation shown is /translate's with that
+    head_mask, the score shown is /score's under it, and the grid marks them off."""
     import os
     import shutil
 
@@ -195,6 +196,10 @@ def test_the_page_switches_a_head_off_in_the_model_view(trained, tmp_path) -> No
                 page.fill("#src", text)
                 page.click("#go")
                 page.wait_for_selector("#grid canvas", timeout=60_000)
+                page.click('#heatmap-table td[data-step="2"][data-source="0"]')  # the what-if
+                page.wait_for_selector("#what-if-tgt", timeout=60_000)
+                what_if = page.inner_text("#what-if-tgt")
+                layer = int(page.input_value("#layer"))
                 heads = page.locator("#grid button.toggle").count()
                 for layer, head in ((0, 0), (1, 1)):
                     selector = f'button.toggle[data-layer="{layer}"][data-head="{head}"]'
@@ -209,9 +214,59 @@ def test_the_page_switches_a_head_off_in_the_model_view(trained, tmp_path) -> No
             finally:
                 browser.close()
         assert mask == "cross:0:0,cross:1:1" and off == 2 and heads >= 8
+        asked = {"src": text, "step": 2, "layer": layer, "source": 0}
+        assert what_if == httpx.post(f"{server.url}/what-if", json=asked).json()["tgt"]
         asked = {"src": text, "head_mask": mask}
         assert shown == httpx.post(f"{server.url}/translate", json=asked).json()["tgt"]
         scored = httpx.post(f"{server.url}/score", json={**asked, "tgt": shown}).json()
         assert score == pytest.approx(scored["score"])
     finally:
         server.stop()
+
+
+# --- the attention what-if ----------------------------------------------------------------------
+
+
+def test_forcing_the_attention_the_model_chose_anyway_changes_nothing(trained) -> None:
+    """For every step and head of each cross-attention layer: the step's own attention
+    (captured) forced back gives the same output; forced onto one source token, the output
+    still begins with the tokens before that step, and some such forcings change it."""
+    from seq2seq.inference import Engine, Settings
+
+    engine = Engine(trained[0]["best_checkpoint"])
+    module = engine.model.module
+    text = "3 1 4 1 5 9 2"
+    chosen = Settings()
+    search = engine.search(chosen)
+    sentence = engine.encode([text], chosen, search)[0]
+    before = module.output_ids(engine.generate([sentence], search)[0][0][1])
+    maps = module.attention(sentence.ids, before)["cross"]
+    changed = 0
+    for layer, weights in enumerate(maps):
+        for step in range(len(before)):
+            for head in range(weights.size(0)):
+                own = engine.what_if(sentence, search, step, layer, 0, head, weights[head, step])
+                assert own["tgt"] == own["before"] == engine.text(before)
+            moved = engine.what_if(sentence, search, step, layer, 0)  # all heads, onto "3"
+            assert engine.model.tgt_vocab.encode(moved["tgt"])[:step] == before[:step]
+            changed += moved["tgt"] != moved["before"]
+    assert changed > 0
+
+
+def test_the_server_answers_a_what_if_and_names_a_step_out_of_range(trained) -> None:
+    from fastapi.testclient import TestClient
+
+    from seq2seq.inference import Engine
+    from seq2seq.serve.app import create_app
+
+    engine = Engine(trained[0]["best_checkpoint"])
+    body = {"src": "3 1 4 1 5", "step": 2, "layer": 1, "source": 0}
+    with TestClient(create_app(engine)) as client:
+        answer = client.post("/what-if", json=body).json()
+        assert answer["before"] == client.post("/translate", json={"src": body["src"],
+                                                "beam": 1}).json()["tgt"]  # fmt: skip
+        assert answer["source_token"] == "3" and answer["step"] == 2
+        refused = client.post("/what-if", json={**body, "step": 99})
+        assert refused.status_code == 422 and "step must be in 0-" in refused.json()["error"]
+        refused = client.post("/what-if", json={**body, "layer": 7})
+        assert "layer: cross attention has layers 0-" in refused.json()["error"]

@@ -43,6 +43,7 @@ __all__ = [
     "attend",
     "capture_attention",
     "causal_mask",
+    "force_attention",
     "mask_heads",
 ]
 
@@ -208,6 +209,10 @@ class _Attention(nn.Module):
         # 2019): 0 switches a head off, and the loss's gradient with respect to it is the
         # head's importance. None (the default) is all ones. Set by mask_heads, never saved.
         self.head_mask: Tensor | None = None
+        # The attention what-if (Strobelt et al., 2018's Seq2Seq-Vis): (heads (H,) bool, weights
+        # (Tk,)): the last query's attention of those heads replaced by these weights. Set by
+        # force_attention, never saved.
+        self.forced: tuple[Tensor, Tensor] | None = None
 
     def _split(self, x: Tensor, head_dim: int, heads: int | None = None) -> Tensor:
         b, t, _ = x.shape
@@ -239,6 +244,11 @@ class _Attention(nn.Module):
         out, weights = attend(
             q, k, v, mask, is_causal=is_causal, dropout_p=dropout_p, need_weights=need_weights
         )
+        if self.forced is not None:  # the last query of the chosen heads: the given weights
+            heads, given = self.forced
+            last = given.to(v.dtype) @ v  # (B, H, Dv): (Tk,) @ (B, H, Tk, Dv)
+            out = out.clone()
+            out[:, heads, -1] = last[:, heads]
         if self.head_mask is not None:  # (B, H, Tq, Dv): each head's output weighed
             out = out * self.head_mask.to(out.dtype)[:, None, None]
         out = out.transpose(1, 2).reshape(b, tq, self.num_heads * self.v_dim)  # (B, Tq, H*Dv)
@@ -488,3 +498,19 @@ def mask_heads(model: nn.Module, masks: dict[str, Tensor]) -> Iterator[None]:
     finally:
         for name, mask in before.items():
             modules[name].head_mask = mask
+
+
+@contextmanager
+def force_attention(module: nn.Module, heads: Tensor, weights: Tensor) -> Iterator[None]:
+    """Within the block, the attention module's last query attends with `weights` (Tk,) in the
+    heads `heads` ((H,) bool) instead of its own: what the output would be had it looked
+    there. Restored on exit."""
+    if not isinstance(module, _Attention):
+        raise ValueError(f"force_attention needs an attention module, got {type(module).__name__}")
+    if heads.shape != (module.num_heads,):
+        raise ValueError(f"heads must have shape ({module.num_heads},), got {tuple(heads.shape)}")
+    before, module.forced = module.forced, (heads, weights)
+    try:
+        yield
+    finally:
+        module.forced = before

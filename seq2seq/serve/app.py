@@ -9,6 +9,8 @@
                       translation's score, log-probability and tokens (forced decoding)
     POST /search      {"src": "...", beam, top_k, length_penalty, max_len, prefix, heal}: the
                       beam search as a tree (checkpoint backend)
+    POST /what-if     {"src": "...", step, layer, source, head}: the greedy output, and the same
+                      with that step's cross-attention forced onto that source token
     POST /attention   {"src": "...", beam, length_penalty, max_len, truncate, prefix, heal}:
                       the output's tokens and every layer's and head's attention (checkpoint)
     GET  /            the page (seq2seq/serve/page.html); FastAPI's /docs
@@ -120,8 +122,16 @@ ScoreRequest = request_model(
     "ScoreRequest", "score", src=SENTENCES,
     tgt=(str | list[str], Field(description="a translation of each sentence, to score")),
 )  # fmt: skip
+WhatIfRequest = request_model(
+    "WhatIfRequest", "what_if", src=(str, Field(description="one sentence")),
+    step=(int, Field(description="the output step whose attention is forced (from 0)")),
+    layer=(int, Field(description="the cross-attention layer (from 0)")),
+    source=(int, Field(description="the source token it is forced onto (from 0)")),
+    head=(int | None, Field(None, description="one head of the layer; none: all of them")),
+)  # fmt: skip
 REQUESTS = {"/translate": TranslateRequest, "/attention": AttentionRequest,
-            "/search": SearchRequest, "/score": ScoreRequest}  # fmt: skip
+            "/search": SearchRequest, "/score": ScoreRequest,
+            "/what-if": WhatIfRequest}  # fmt: skip
 
 
 def create_app(
@@ -225,6 +235,8 @@ def create_app(
                 failure = job.future.exception()
                 if isinstance(failure, SearchStopped):  # the worker saw the deadline first
                     raise late
+                if isinstance(failure, RequestError):  # what the work found wrong with it
+                    raise failure
                 if failure is not None:  # logged by the worker; the server goes on
                     detail = " ".join(str(failure).split())[:300]
                     raise RequestError(f"the search failed: {detail}", status=500)
@@ -388,6 +400,21 @@ def create_app(
         loop = asyncio.get_running_loop()
         job = Job(sentences, search, loop.create_future(), loop)
         job.work = lambda: engine.trace(sentence, search, body.top_k, stop=job.expired)
+        found = await answered(request, job, started)
+        return {**found, "time_s": round(time.monotonic() - started, 4)}
+
+    @app.post("/what-if", summary="Force one step's attention, decode on", dependencies=guarded)
+    async def what_if(body: WhatIfRequest, request: Request) -> Any:  # type: ignore[valid-type]
+        started = time.monotonic()
+        _, search, sentences = checked(body, [body.src])
+        if not sentences[0].ids:
+            raise RequestError("src is blank: send a sentence to translate")
+        ask = (sentences[0], search, body.step, body.layer, body.source, body.head)
+        if engine.backend != "torch":
+            engine.what_if(*ask)  # says what to do instead
+        loop = asyncio.get_running_loop()
+        job = Job(sentences, search, loop.create_future(), loop)
+        job.work = lambda: engine.what_if(*ask)
         found = await answered(request, job, started)
         return {**found, "time_s": round(time.monotonic() - started, 4)}
 

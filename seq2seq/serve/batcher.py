@@ -221,7 +221,10 @@ class Batcher:
                 j.resolve(error=stopped)
             return
         except Exception as error:  # the search failed: every job in it gets the error
-            log.exception("decoding failed")
+            if isinstance(error, ValueError) and hasattr(error, "status"):
+                log.info("a request the work refused: %s", error)  # a RequestError: 4xx
+            else:
+                log.exception("decoding failed")
             for j, _, _ in group:
                 j.resolve(error=error)
             return
