@@ -30,7 +30,7 @@ from seq2seq.checkpoint import (
     trained_model,
 )
 from seq2seq.checks import flatten
-from seq2seq.cli import ArgumentParser, run_tool
+from seq2seq.cli import ArgumentParser, run_tool, written_whole
 from seq2seq.curves import save_figure, write_curves
 from seq2seq.data.tokenizer import clean
 
@@ -175,6 +175,40 @@ def plot_attention(path: str, text: str, out: str, grid: str | None = None) -> i
     return 0
 
 
+def write_atlas(path: str, src: str | None, ref: str | None, limit: int, out: str | None) -> int:
+    """--heads: the atlas of path's heads, as heads.json and heads.png."""
+    from seq2seq.heads import atlas, heads_figure
+    from seq2seq.inference import Engine
+    from seq2seq.run_dir import RunDir
+    from seq2seq.score import read_lines
+
+    run = RunDir.of_checkpoint(path)
+    if src is None:
+        if run is None or not (run.path / "test_sources.txt").is_file():
+            raise ValueError(
+                f"{path}'s run wrote no test_sources.txt to take pairs from: give --src FILE "
+                "--ref FILE"
+            )
+        src, ref = str(run.path / "test_sources.txt"), str(run.test_references)
+    sources, references = read_lines(src)[:limit], read_lines(ref)[:limit]
+    found = atlas(Engine(path), sources, references)
+    directory = Path(out) if out else (run.path if run is not None else Path("."))
+    directory.mkdir(parents=True, exist_ok=True)
+    with written_whole(directory / "heads.json") as temporary:
+        temporary.write_text(json.dumps({"checkpoint": str(Path(path).resolve()), **found},
+                                        indent=1), encoding="utf-8")  # fmt: skip
+    title = f"{Path(path).name}: {found['pairs']} pairs, greedy BLEU {found['bleu']:.2f}"
+    save_figure(heads_figure(found, title), directory / "heads.png", bbox_inches="tight")
+    rows = sorted(found["heads"], key=lambda r: r["importance"])
+    halves = next((c for c in found["pruning"] if c["removed"] >= len(rows) // 2), None)
+    print(f"wrote {directory / 'heads.json'} and heads.png: {len(rows)} heads, "
+          f"{found['seconds']:.0f} s; least important {rows[0]['kind']}:{rows[0]['layer']}:"
+          f"{rows[0]['head']}, most {rows[-1]['kind']}:{rows[-1]['layer']}:{rows[-1]['head']}"
+          + (f"; {halves['removed']} heads off: BLEU {halves['bleu']:.2f} (of "
+             f"{found['bleu']:.2f})" if halves else ""))  # fmt: skip
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = ArgumentParser(
         prog="python -m seq2seq.inspect",
@@ -190,6 +224,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--grid", nargs="?", const="cross", choices=["cross", "self", "encoder"],
         help="with --attention: every layer and head of one kind (default cross) as small maps",
     )  # fmt: skip
+    parser.add_argument(
+        "--heads", action="store_true",
+        help="the head atlas: every head's importance, roles and the pruning curve, on the "
+        "run's test pairs (or --src and --ref); heads.json and heads.png in the run's directory "
+        "(or --out DIR)",
+    )  # fmt: skip
+    parser.add_argument("--src", help="--heads: a file of sources, one a line")
+    parser.add_argument("--ref", help="--heads: their references, one a line")
+    parser.add_argument("--limit", type=int, default=500, help="--heads: pairs used, at most")
     parser.add_argument("--curves", action="store_true", help="draw a run's training curves")
     parser.add_argument(
         "--out", help="where --attention (attention.png) or --curves (RUN_DIR/curves.png) writes"
@@ -199,6 +242,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.diff != (len(args.checkpoints) == 2) or len(args.checkpoints) > 2:
         parser.error("give one checkpoint, or two with --diff")
+    if (args.src is None) != (args.ref is None):
+        parser.error("--src and --ref come together: the sources and their references")
+    if args.limit < 1:
+        parser.error(f"--limit must be at least 1, got {args.limit}")
     if args.grid is not None and args.attention is None:
         parser.error('--grid draws the attention of a sentence: add --attention "TEXT"')
 
@@ -209,6 +256,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.curves:
             out = write_curves(args.checkpoints[0], args.out)
             print(f"training curves: {out}")
+        elif args.heads:
+            return write_atlas(args.checkpoints[0], args.src, args.ref, args.limit, args.out)
         elif args.attention is not None:
             out = args.out or ("model_view.png" if args.grid else "attention.png")
             return plot_attention(args.checkpoints[0], args.attention, out, args.grid)
