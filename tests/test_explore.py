@@ -59,7 +59,8 @@ def test_every_setting_is_an_option_a_field_and_a_control(engine, trained, capsy
                 option.help
             )
         for request in option.requests:
-            assert option.name in schema[f"{request.title()}Request"]["properties"]
+            model = "".join(part.title() for part in request.split("_")) + "Request"
+            assert option.name in schema[model]["properties"]
     assert [c["name"] for c in controls] == [o.name for o in OPTIONS]
     assert schema["SearchRequest"]["properties"]["top_k"]["default"] == 5
 
