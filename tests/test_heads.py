@@ -341,3 +341,58 @@ def test_the_atlas_of_the_copy_model(trained, tmp_path, capsys) -> None:
     assert "heads.json and heads.png" in capsys.readouterr().out
     written = json.loads((tmp_path / "heads.json").read_text(encoding="utf-8"))
     assert written["pairs"] == 16 and (tmp_path / "heads.png").read_bytes()[:4] == b"\x89PNG"
+
+
+# --- alignments ----------------------------------------------------------------------------------
+
+
+def test_links_merge_subwords_into_words_and_aer_is_och_and_neys() -> None:
+    from seq2seq.align import aer, gold, links, word_of
+
+    # byte-level BPE: "Le chat noir" as "Le", " ch", "at", " no", "ir"
+    assert word_of(["Le", " ch", "at", " no", "ir"], joined=True) == [0, 1, 1, 2, 2]
+    assert word_of(["a", " ", "b"], joined=True) == [0, None, 1]  # characters: spaces between
+    assert word_of(["3", "1", "4"], joined=False) == [0, 1, 2]  # symbols: a token a word
+    weights = torch.tensor([[0.9, 0.1, 0.0], [0.1, 0.2, 0.7], [0.0, 0.6, 0.4]])  # (T=3, S=3)
+    assert links(weights, [0, 1, 1], [0, 1, 1]) == {(0, 0), (1, 1)}  # subword links merged
+    sure = {(0, 0), (1, 1)}
+    assert aer({(0, 0), (1, 1)}, sure, set()) == 0.0
+    assert aer({(0, 0), (1, 0)}, sure, set()) == pytest.approx(0.5)
+    assert aer({(0, 0), (1, 0)}, sure, {(1, 0)}) == pytest.approx(1 - 3 / 4)
+    assert gold("reverse", list("abc"))[0] == {(0, 2), (1, 1), (2, 0)}
+    assert gold("sort", list("bab")) == ({(1, 0), (0, 1), (2, 2)}, {(0, 1), (2, 1), (0, 2),
+                                                                   (2, 2), (1, 0)})  # fmt: skip
+
+
+def test_a_trained_copy_model_aligns_the_diagonal_and_an_untrained_one_does_not(trained):
+    """AER against the copy task's gold (word i to i): the trained model's best cross-attention
+    head is below 0.3 (measured: 0.004, layer 0 head 3, on the 36 of 40 sentences it copies
+    right; a model that copies must read each word as it writes it); the same network with
+    fresh random weights, aligning the sources' own text forced as its output, is above 0.5
+    in every layer (measured 0.67 and 0.81; chance, a link a word drawn evenly, averages
+    1 - mean(1/n) = 0.63 over 2-7 words)."""
+    import random
+
+    from seq2seq.align import aer, alignment_error_rates, gold, links
+    from seq2seq.inference import Engine
+
+    engine = Engine(trained[0]["best_checkpoint"])
+    texts = [" ".join(random.Random(i).choices("0123456789", k=2 + i % 6)) for i in range(40)]
+    found = alignment_error_rates(engine, texts, "copy")
+    assert found["sentences"] >= 36 and found["best"]["aer"] < 0.3, found["best"]
+    net = engine.model.module.model
+    torch.manual_seed(3)
+    net.apply(lambda m: m.reset_parameters() if hasattr(m, "reset_parameters") else None)
+    from seq2seq.align import _words, align
+
+    rates = {}
+    for text in texts:
+        src, tgt, maps = align(engine, text, target=text)  # forced: the untrained model's own
+        words = text.split()  # outputs are not copies
+        sure, possible = gold("copy", words)
+        src_words = _words(engine, engine.model.src_vocab, src)
+        tgt_words = _words(engine, engine.model.tgt_vocab, tgt)
+        for layer, weights in enumerate(maps["cross"]):
+            rate = aer(links(weights.mean(0), src_words, tgt_words), sure, possible)
+            rates.setdefault(layer, []).append(rate)
+    assert min(sum(v) / len(v) for v in rates.values()) > 0.5, rates
