@@ -125,6 +125,8 @@ def alignment_error_rates(engine: Engine, sources: list[str], task: str) -> dict
     totals: dict[tuple[int, int | None], list[float]] = {}
     used = 0
     for source in sources:
+        if not source.strip():
+            continue
         src, tgt, maps = align(engine, source)
         words = source.split()
         sure, possible = gold(task, words)

@@ -175,6 +175,32 @@ def plot_attention(path: str, text: str, out: str, grid: str | None = None) -> i
     return 0
 
 
+def print_alignments(
+    path: str, sources: str, references: str | None, layer: int | None, head: int | None
+) -> int:
+    """--align: a line of Pharaoh links a sentence (an empty line for an empty one)."""
+    from seq2seq.align import pharaoh
+    from seq2seq.inference import Engine
+    from seq2seq.score import read_lines
+
+    engine = Engine(path)
+    config = engine.model.module.model.config
+    layer = config.num_decoder_layers - 1 if layer is None else layer
+    engine.model.module.model.attention_module("cross", layer)  # a one-line error if it lacks it
+    if head is not None and not 0 <= head < config.num_heads:
+        raise ValueError(f"--head must be in 0-{config.num_heads - 1}, got {head}")
+    texts = read_lines(sources)
+    targets = read_lines(references) if references else [None] * len(texts)
+    if len(targets) != len(texts):
+        raise ValueError(
+            f"--ref has {len(targets)} lines for {len(texts)} sentences: give one a line"
+        )
+    lines = [pharaoh(engine, t, r, layer, head) if t.strip() else ""
+             for t, r in zip(texts, targets, strict=True)]  # fmt: skip
+    print("\n".join(lines))
+    return 0
+
+
 def write_atlas(path: str, src: str | None, ref: str | None, limit: int, out: str | None) -> int:
     """--heads: the atlas of path's heads, as heads.json and heads.png."""
     from seq2seq.heads import atlas, heads_figure
@@ -191,7 +217,14 @@ def write_atlas(path: str, src: str | None, ref: str | None, limit: int, out: st
             )
         src, ref = str(run.path / "test_sources.txt"), str(run.test_references)
     sources, references = read_lines(src)[:limit], read_lines(ref)[:limit]
-    found = atlas(Engine(path), sources, references)
+    engine = Engine(path)
+    found = atlas(engine, sources, references)
+    saved = run_record(load_checkpoint(path, mmap=True))["run_config"] or {}
+    task = ((saved.get("data") or {}).get("corpus") or {}).get("task")
+    if task in ("copy", "reverse", "sort"):  # a task that knows its gold alignment
+        from seq2seq.align import alignment_error_rates
+
+        found["alignment"] = alignment_error_rates(engine, sources, task)
     directory = Path(out) if out else (run.path if run is not None else Path("."))
     directory.mkdir(parents=True, exist_ok=True)
     with written_whole(directory / "heads.json") as temporary:
@@ -201,6 +234,11 @@ def write_atlas(path: str, src: str | None, ref: str | None, limit: int, out: st
     save_figure(heads_figure(found, title), directory / "heads.png", bbox_inches="tight")
     rows = sorted(found["heads"], key=lambda r: r["importance"])
     halves = next((c for c in found["pruning"] if c["removed"] >= len(rows) // 2), None)
+    if "alignment" in found and found["alignment"]["best"]:
+        best = found["alignment"]["best"]
+        head = "mean" if best["head"] is None else f"head {best['head']}"
+        print(f"aligns best ({task}'s gold): cross-attention layer {best['layer']}, {head}: "
+              f"AER {best['aer']:.3f}")  # fmt: skip
     print(f"wrote {directory / 'heads.json'} and heads.png: {len(rows)} heads, "
           f"{found['seconds']:.0f} s; least important {rows[0]['kind']}:{rows[0]['layer']}:"
           f"{rows[0]['head']}, most {rows[-1]['kind']}:{rows[-1]['layer']}:{rows[-1]['head']}"
@@ -230,8 +268,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         "run's test pairs (or --src and --ref); heads.json and heads.png in the run's directory "
         "(or --out DIR)",
     )  # fmt: skip
+    parser.add_argument(
+        "--align", metavar="FILE",
+        help="word alignments (Pharaoh i-j, a line) of FILE's sentences and their greedy outputs "
+        "(or --ref's), from cross-attention: --layer (default the last), --head (default mean)",
+    )  # fmt: skip
+    parser.add_argument("--layer", type=int, default=None, help="--align: the layer, from 0")
+    parser.add_argument("--head", type=int, default=None, help="--align: the head (none: mean)")
     parser.add_argument("--src", help="--heads: a file of sources, one a line")
-    parser.add_argument("--ref", help="--heads: their references, one a line")
+    parser.add_argument("--ref", help="--heads, --align: references (targets), one a line")
     parser.add_argument("--limit", type=int, default=500, help="--heads: pairs used, at most")
     parser.add_argument("--curves", action="store_true", help="draw a run's training curves")
     parser.add_argument(
@@ -242,7 +287,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.diff != (len(args.checkpoints) == 2) or len(args.checkpoints) > 2:
         parser.error("give one checkpoint, or two with --diff")
-    if (args.src is None) != (args.ref is None):
+    if (args.src is None) != (args.ref is None) and args.align is None:
         parser.error("--src and --ref come together: the sources and their references")
     if args.limit < 1:
         parser.error(f"--limit must be at least 1, got {args.limit}")
@@ -256,6 +301,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.curves:
             out = write_curves(args.checkpoints[0], args.out)
             print(f"training curves: {out}")
+        elif args.align is not None:
+            return print_alignments(args.checkpoints[0], args.align, args.ref, args.layer,
+                                    args.head)  # fmt: skip
         elif args.heads:
             return write_atlas(args.checkpoints[0], args.src, args.ref, args.limit, args.out)
         elif args.attention is not None:

@@ -396,3 +396,25 @@ def test_a_trained_copy_model_aligns_the_diagonal_and_an_untrained_one_does_not(
             rate = aer(links(weights.mean(0), src_words, tgt_words), sure, possible)
             rates.setdefault(layer, []).append(rate)
     assert min(sum(v) / len(v) for v in rates.values()) > 0.5, rates
+
+
+def test_inspect_prints_pharaoh_links_and_the_atlas_names_the_layer_that_aligns(
+    trained, tmp_path, capsys
+) -> None:
+    import json
+
+    from seq2seq import inspect as inspect_cli
+
+    ckpt = trained[0]["best_checkpoint"]
+    (tmp_path / "src.txt").write_text("3 1 4\n\n2 7 1 8\n", encoding="utf-8")
+    args = [ckpt, "--align", str(tmp_path / "src.txt"), "--layer", "0", "--head", "3"]
+    assert inspect_cli.main(args) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "0-0 1-1 2-2" and lines[1] == "" and lines[2] == "0-0 1-1 2-2 3-3"
+    assert inspect_cli.main([ckpt, "--align", str(tmp_path / "src.txt"), "--layer", "9"]) == 1
+    assert "cross attention has layers 0-" in capsys.readouterr().err
+    files = ["--src", str(tmp_path / "src.txt"), "--ref", str(tmp_path / "src.txt")]
+    assert inspect_cli.main([ckpt, "--heads", *files, "--out", str(tmp_path)]) == 0
+    assert "aligns best (copy's gold): cross-attention layer" in capsys.readouterr().out
+    written = json.loads((tmp_path / "heads.json").read_text(encoding="utf-8"))
+    assert written["alignment"]["best"]["aer"] < 0.3
