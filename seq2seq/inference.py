@@ -899,6 +899,27 @@ class Engine:
 
     # --- /info ------------------------------------------------------------------------------
 
+    def atlas(self) -> dict[str, Any]:
+        """The head atlas `inspect CKPT --heads` wrote for this checkpoint (RUN/heads.json),
+        or a one-line RequestError (404) saying how to make it."""
+        from seq2seq.run_dir import RunDir
+
+        run = RunDir.of_checkpoint(self.path) if self.backend == "torch" else None
+        path = run.path / "heads.json" if run is not None else None
+        how = f"python -m seq2seq.inspect {self.path} --heads"
+        if path is None or not path.is_file():
+            raise RequestError(f"no head atlas beside this checkpoint's run yet: {how}", 404)
+        try:
+            found = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as error:
+            raise RequestError(f"{path} is not readable ({error}): {how} again", 404) from None
+        if Path(found.get("checkpoint", "")).resolve() != self.path.resolve():
+            raise RequestError(
+                f"{path} is the atlas of {found.get('checkpoint')}, not of this checkpoint: "
+                f"{how}", 404,
+            )  # fmt: skip
+        return found
+
     def info(self) -> dict[str, Any]:
         """What is loaded: the file and its hash, sizes, the languages or task, the tokenizer,
         the decoding defaults, the backend, and the run's test score with its signatures

@@ -7,6 +7,7 @@ differences say; and translate and the server switch heads off as asked."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -184,8 +185,16 @@ def test_the_page_switches_a_head_off_in_the_model_view(trained, tmp_path) -> No
     playwright_api = pytest.importorskip("playwright.sync_api")
     from helpers import CHROMIUM_FLAGS, ServeProcess
 
+    from seq2seq import inspect as inspect_cli
+
     text = "3 1 4 1 5 9 2 6"
-    server = ServeProcess(trained[0]["best_checkpoint"], "--wait-ms", "5").ready()
+    ckpt = tmp_path / "run" / "checkpoints" / "model.ckpt"  # a run of its own, for its atlas
+    ckpt.parent.mkdir(parents=True)
+    shutil.copy(trained[0]["best_checkpoint"], ckpt)
+    (tmp_path / "pairs.txt").write_text("3 1 4\n2 7 1 8\n", encoding="utf-8")
+    pairs = ["--src", str(tmp_path / "pairs.txt"), "--ref", str(tmp_path / "pairs.txt")]
+    assert inspect_cli.main([str(ckpt), "--heads", *pairs]) == 0
+    server = ServeProcess(str(ckpt), "--wait-ms", "5").ready()
     try:
         with playwright_api.sync_playwright() as playwright:
             browser = playwright.chromium.launch(
@@ -208,6 +217,7 @@ def test_the_page_switches_a_head_off_in_the_model_view(trained, tmp_path) -> No
                     page.click(f"#grid {selector}")
                     page.wait_for_selector(f"#grid .cell.off {selector}", timeout=60_000)
                 page.wait_for_function("document.getElementById('time').dataset.score")
+                atlas_rows = page.locator("#atlas-table .atlas-row").count()
                 shown = page.inner_text("#tgt")
                 score = float(page.get_attribute("#time", "data-score"))
                 mask = page.input_value("#head_mask")
@@ -216,6 +226,9 @@ def test_the_page_switches_a_head_off_in_the_model_view(trained, tmp_path) -> No
             finally:
                 browser.close()
         assert mask == "cross:0:0,cross:1:1" and off == 2 and heads >= 8
+        assert atlas_rows == 3 * heads  # every head of the three kinds (the grid: one kind)
+        atlas = httpx.get(f"{server.url}/heads").json()
+        assert Path(atlas["checkpoint"]) == ckpt.resolve()
         asked = {"src": text, "step": 2, "layer": layer, "source": 0}
         assert what_if == httpx.post(f"{server.url}/what-if", json=asked).json()["tgt"]
         asked = {"src": text, "head_mask": mask}
@@ -418,3 +431,23 @@ def test_inspect_prints_pharaoh_links_and_the_atlas_names_the_layer_that_aligns(
     assert "aligns best (copy's gold): cross-attention layer" in capsys.readouterr().out
     written = json.loads((tmp_path / "heads.json").read_text(encoding="utf-8"))
     assert written["alignment"]["best"]["aer"] < 0.3
+
+
+def test_heads_answers_the_atlas_of_this_checkpoint_or_says_how_to_make_it(trained, tmp_path):
+    import shutil
+
+    from fastapi.testclient import TestClient
+
+    from seq2seq.inference import Engine
+    from seq2seq.serve.app import create_app
+
+    ckpt = tmp_path / "run" / "checkpoints" / "model.ckpt"
+    ckpt.parent.mkdir(parents=True)
+    shutil.copy(trained[0]["best_checkpoint"], ckpt)
+    with TestClient(create_app(Engine(str(ckpt)))) as client:
+        missing = client.get("/heads")
+        assert missing.status_code == 404
+        assert f"python -m seq2seq.inspect {ckpt} --heads" in missing.json()["error"]
+        (ckpt.parent.parent / "heads.json").write_text('{"checkpoint": "/elsewhere.ckpt"}')
+        other = client.get("/heads").json()["error"]
+        assert "is the atlas of /elsewhere.ckpt, not of this checkpoint" in other

@@ -13,6 +13,7 @@
                       with that step's cross-attention forced onto that source token
     POST /attention   {"src": "...", beam, length_penalty, max_len, truncate, prefix, heal}:
                       the output's tokens and every layer's and head's attention (checkpoint)
+    GET  /heads       the head atlas `inspect CKPT --heads` wrote beside the run (404 without)
     GET  /            the page (seq2seq/serve/page.html); FastAPI's /docs
 
 The settings are seq2seq/inference.py's OPTIONS: the request schemas below are made from them.
@@ -317,6 +318,10 @@ def create_app(
     @app.get("/info", summary="What is loaded", dependencies=guarded)
     async def about() -> dict[str, Any]:
         return info
+
+    @app.get("/heads", summary="The head atlas of this checkpoint", dependencies=guarded)
+    async def heads() -> dict[str, Any]:
+        return await asyncio.to_thread(engine.atlas)
 
     @app.post("/translate", summary="Translate a sentence or a list", dependencies=guarded)
     async def translate(body: TranslateRequest, request: Request) -> Any:  # type: ignore[valid-type]
