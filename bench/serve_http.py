@@ -7,7 +7,9 @@
 
 --endpoint score sends each sentence with its French reference to /score (forced decoding,
 batched across requests as /translate is); --endpoint search asks /search for the beam search
-as a tree (beam 5, top_k 5: what the page asks), one search a request, never batched.
+as a tree (beam 5, top_k 5: what the page asks), one search a request, never batched;
+--endpoint toggle times what the page asks when a head is switched off (/translate, /score
+and /attention with a head_mask, in turn).
 
 For each backend (the checkpoint, decoded by our own search; its CTranslate2 export, made in a
 temporary directory) and each batching (on: a search takes up to 32 sentences from concurrent
@@ -61,7 +63,12 @@ def request(endpoint: str, pair: tuple[str, str]) -> dict:
         return {"src": pair[0], "tgt": pair[1]}
     if endpoint == "search":
         return {"src": pair[0], "beam": 5, "top_k": 5}
+    if endpoint == "toggle":
+        return {"src": pair[0], "head_mask": TOGGLED}
     return {"src": pair[0]}
+
+
+TOGGLED = "cross:0:0,self:1:2"  # --endpoint toggle: two heads switched off, as on the page
 
 
 def load(url: str, pairs: list, clients: int, seconds: float, endpoint: str = "translate") -> dict:
@@ -79,7 +86,15 @@ def load(url: str, pairs: list, clients: int, seconds: float, endpoint: str = "t
         client = getattr(local, "client", None) or httpx.Client(timeout=120)
         local.client = client
         start = time.perf_counter()
-        response = client.post(f"{url}/{endpoint}", json=request(endpoint, pair))
+        body = request(endpoint, pair)
+        if endpoint == "toggle":  # the page's answer to a head switched off: three requests
+            answer = client.post(f"{url}/translate", json=body)
+            answer.raise_for_status()
+            scored = {**body, "tgt": answer.json()["tgt"] or "."}
+            client.post(f"{url}/score", json=scored).raise_for_status()
+            response = client.post(f"{url}/attention", json=body)
+        else:
+            response = client.post(f"{url}/{endpoint}", json=body)
         response.raise_for_status()
         latencies.append(time.perf_counter() - start)
 
@@ -105,7 +120,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("ckpt", help="the real-text model's checkpoint")
     parser.add_argument("--backends", nargs="+", default=["torch", "ctranslate2"])
-    parser.add_argument("--endpoint", choices=["translate", "score", "search"], default="translate")
+    parser.add_argument(
+        "--endpoint", choices=["translate", "score", "search", "toggle"], default="translate",
+        help="toggle: what the page asks when a head is switched off (/translate, /score and "
+        "/attention with a head_mask), one request a sentence",
+    )  # fmt: skip
     parser.add_argument("--levels", nargs="+", type=int, default=[1, 8, 32], help="clients")
     parser.add_argument("--requests", type=int, default=256, help="requests a level")
     parser.add_argument("--seconds", type=float, default=60, help="at most, a level")
@@ -115,7 +134,7 @@ def main() -> None:
         help="rounds of every server, on and off in turn: medians, and each round's ratio",
     )  # fmt: skip
     args = parser.parse_args()
-    if args.endpoint == "search" and "ctranslate2" in args.backends:
+    if args.endpoint in ("search", "toggle") and "ctranslate2" in args.backends:
         parser.error("/search needs the checkpoint (an export reports no search's steps): "
                      "--backends torch")  # fmt: skip
     if "ctranslate2" in args.backends:  # before any server starts: QK-norm does not export
@@ -130,7 +149,8 @@ def main() -> None:
     warm, texts = texts[:8], texts[8:]
     print(f"# {environment()}; /{args.endpoint}: {len(texts)} Tatoeba sentences, one a "
           f"request; medians of {args.repeats} rounds")  # fmt: skip
-    batchings = (("on", "32"),) if args.endpoint == "search" else (("on", "32"), ("off", "1"))
+    alone = args.endpoint in ("search", "toggle")
+    batchings = (("on", "32"),) if alone else (("on", "32"), ("off", "1"))
     results: dict[tuple, list[dict]] = {}
     with tempfile.TemporaryDirectory() as work:
         models = {"torch": [args.ckpt]}
