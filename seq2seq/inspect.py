@@ -175,6 +175,54 @@ def plot_attention(path: str, text: str, out: str, grid: str | None = None) -> i
     return 0
 
 
+def plot_over_run(
+    run: str, text: str, out: str, kind: str, layer: int | None, head: int | None
+) -> int:
+    """--over-run: the greedy output of text and the chosen head's attention at every
+    checkpoint the run kept, a heat map each, titled with its step and validation BLEU."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from seq2seq.curves import read_metrics
+    from seq2seq.run_dir import RunDir
+
+    directory = RunDir(run)
+    if not directory.checkpoints.is_dir():
+        raise ValueError(f"--over-run needs a run directory (RUN/checkpoints/), got {run}")
+    history = directory.history()
+    if not history:
+        raise ValueError(f"{directory.checkpoints} holds no checkpoint")
+    validations = sorted((int(r["step"]), r["val/bleu"]) for r in read_metrics(run)
+                         if "val/bleu" in r)  # fmt: skip
+    fig, axes = plt.subplots(1, len(history), figsize=(2.8 * len(history), 3.4), squeeze=False,
+                             layout="constrained")  # fmt: skip
+    for ax, (step, path) in zip(axes[0], history, strict=True):
+        module = load_module(str(path))
+        chosen = module.config.num_decoder_layers - 1 if layer is None else layer
+        module.model.attention_module(kind, chosen)  # a one-line error for a layer it lacks
+        src = module.src_vocab.encode(clean(text))
+        if not src:
+            raise ValueError("--attention needs a non-empty source text")
+        with torch.inference_mode():
+            output = module.output_ids(module.greedy(torch.tensor([src]))[0].tolist())
+        weights = module.attention(src, output)[kind][chosen]
+        shown = weights.mean(0) if head is None else weights[head]
+        ax.imshow(shown.numpy(), vmin=0, vmax=1, cmap="Blues")
+        before = [b for s, b in validations if s <= step]  # the validation that preceded it
+        score = f", val BLEU {100 * before[-1]:.1f}" if before else ""
+        ax.set_title(f"step {step}{score}\n{module.tgt_vocab.decode(output)[:40]}", fontsize=7)
+        ax.set_xticks([])
+        ax.set_yticks([])
+    which = f"head {head}" if head is not None else "mean of the heads"
+    fig.suptitle(f"{text!r}: {kind} attention, layer {layer if layer is not None else 'last'}, "
+                 f"{which}, at each checkpoint", fontsize=9)  # fmt: skip
+    save_figure(fig, out, bbox_inches="tight")
+    print(f"wrote {out}: {len(history)} checkpoints, steps {history[0][0]}-{history[-1][0]}")
+    return 0
+
+
 def print_alignments(
     path: str, sources: str, references: str | None, layer: int | None, head: int | None
 ) -> int:
@@ -273,8 +321,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="word alignments (Pharaoh i-j, a line) of FILE's sentences and their greedy outputs "
         "(or --ref's), from cross-attention: --layer (default the last), --head (default mean)",
     )  # fmt: skip
-    parser.add_argument("--layer", type=int, default=None, help="--align: the layer, from 0")
-    parser.add_argument("--head", type=int, default=None, help="--align: the head (none: mean)")
+    parser.add_argument(
+        "--over-run", action="store_true",
+        help="with --attention and a run directory: the attention of TEXT at every checkpoint "
+        "the run kept (--kind, --layer, --head), as a strip of heat maps (over_run.png)",
+    )  # fmt: skip
+    parser.add_argument("--kind", default="cross", choices=["cross", "self", "encoder"],
+                        help="--over-run: the attention kind")  # fmt: skip
+    parser.add_argument("--layer", type=int, default=None, help="--align, --over-run: the layer")
+    parser.add_argument("--head", type=int, default=None, help="--align, --over-run: the head "
+                        "(none: the mean of the layer's)")  # fmt: skip
     parser.add_argument("--src", help="--heads: a file of sources, one a line")
     parser.add_argument("--ref", help="--heads, --align: references (targets), one a line")
     parser.add_argument("--limit", type=int, default=500, help="--heads: pairs used, at most")
@@ -291,6 +347,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--src and --ref come together: the sources and their references")
     if args.limit < 1:
         parser.error(f"--limit must be at least 1, got {args.limit}")
+    if args.over_run and args.attention is None:
+        parser.error('--over-run draws the attention of a sentence: add --attention "TEXT"')
     if args.grid is not None and args.attention is None:
         parser.error('--grid draws the attention of a sentence: add --attention "TEXT"')
 
@@ -306,6 +364,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                                     args.head)  # fmt: skip
         elif args.heads:
             return write_atlas(args.checkpoints[0], args.src, args.ref, args.limit, args.out)
+        elif args.over_run:
+            return plot_over_run(args.checkpoints[0], args.attention, args.out or "over_run.png",
+                                 args.kind, args.layer, args.head)  # fmt: skip
         elif args.attention is not None:
             out = args.out or ("model_view.png" if args.grid else "attention.png")
             return plot_attention(args.checkpoints[0], args.attention, out, args.grid)

@@ -451,3 +451,17 @@ def test_heads_answers_the_atlas_of_this_checkpoint_or_says_how_to_make_it(train
         (ckpt.parent.parent / "heads.json").write_text('{"checkpoint": "/elsewhere.ckpt"}')
         other = client.get("/heads").json()["error"]
         assert "is the atlas of /elsewhere.ckpt, not of this checkpoint" in other
+
+
+def test_inspect_draws_a_sentences_attention_at_every_checkpoint_of_a_run(trained, tmp_path):
+    from seq2seq import inspect as inspect_cli
+    from seq2seq.run_dir import RunDir
+
+    run = RunDir.of_checkpoint(trained[0]["best_checkpoint"])
+    history = run.history()
+    assert len(history) >= 2 and [s for s, _ in history] == sorted(s for s, _ in history)
+    out = tmp_path / "over.png"
+    args = [str(run.path), "--attention", "3 1 4", "--over-run", "--head", "1", "--out", str(out)]
+    assert inspect_cli.main(args) == 0
+    assert out.read_bytes()[:4] == b"\x89PNG"
+    assert inspect_cli.main([str(run.path / "checkpoints"), "--attention", "3", "--over-run"]) == 1
