@@ -56,6 +56,14 @@ def read_metrics(run_dir: str | Path) -> list[dict[str, float]]:
     return rows
 
 
+def metrics_or_none(run_dir: str | Path) -> list[dict[str, float]]:
+    """read_metrics, or no rows for a run that logged none (its checkpoints copied alone)."""
+    try:
+        return read_metrics(run_dir)
+    except ValueError:
+        return []
+
+
 def series(rows: list[dict[str, float]], key: str) -> tuple[list[float], list[float]]:
     """(steps, values) of one metric."""
     points = [(row["step"], row[key]) for row in rows if key in row and "step" in row]

@@ -997,3 +997,64 @@ def _tested(ckpt: Path | None) -> dict[str, Any]:
     except (OSError, ValueError, KeyError, TypeError):
         pass
     return {"test": None, "signatures": None}
+
+
+class RunHistory:
+    """Every checkpoint a run kept (RunDir.history: the best, the last, the weights at each
+    recent validation), for `python -m seq2seq.serve RUN`: each loaded on first use, the `keep`
+    most recently used kept in memory."""
+
+    def __init__(self, run_dir: str | Path, device: str = "cpu", keep: int = 4) -> None:
+        import collections
+
+        from seq2seq.curves import metrics_or_none as _metrics
+        from seq2seq.run_dir import RunDir
+
+        run = RunDir(run_dir)
+        if not run.checkpoints.is_dir():
+            raise ValueError(f"{run_dir} is not a run directory (it has no checkpoints/)")
+        history = run.history()
+        if not history:
+            raise ValueError(f"{run.checkpoints} holds no checkpoint to serve")
+        validations = sorted((int(r["step"]), r["val/bleu"]) for r in _metrics(run.path)
+                             if "val/bleu" in r)  # fmt: skip
+        self.checkpoints = []
+        self.paths: dict[str, Path] = {}
+        for step, path in history:
+            before = [b for s, b in validations if s <= step]
+            self.checkpoints.append({"name": path.name, "step": step,
+                                     "val_bleu": 100 * before[-1] if before else None})  # fmt: skip
+            self.paths[path.name] = path
+        tested = _tested_path(run.path)
+        self.default = (
+            tested.name
+            if tested is not None and tested.name in self.paths
+            else (history[-1][1].name)
+        )
+        self.device, self.keep = device, keep
+        self._engines: collections.OrderedDict[str, Engine] = collections.OrderedDict()
+
+    def engine(self, name: str | None = None) -> Engine:
+        """The Engine of checkpoint `name` (default: the run's tested checkpoint, else the
+        last), or a one-line RequestError for a name the run lacks."""
+        name = name or self.default
+        if name not in self.paths:
+            raise RequestError(
+                f"checkpoint {name!r} is not one of this run's: {', '.join(self.paths)}"
+            )
+        if name not in self._engines:
+            self._engines[name] = Engine(str(self.paths[name]), device=self.device)
+            while len(self._engines) > self.keep:
+                self._engines.popitem(last=False)
+        self._engines.move_to_end(name)
+        return self._engines[name]
+
+
+def _tested_path(run: Path) -> Path | None:
+    """The checkpoint a run's summary.json says it tested, or None."""
+    try:
+        summary = json.loads((run / "summary.json").read_text(encoding="utf-8"))
+        tested = summary.get("averaged_checkpoint") or summary.get("best_checkpoint")
+        return Path(tested) if tested else None
+    except (OSError, ValueError, AttributeError):
+        return None

@@ -185,7 +185,7 @@ def plot_over_run(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from seq2seq.curves import read_metrics
+    from seq2seq.curves import metrics_or_none
     from seq2seq.run_dir import RunDir
 
     directory = RunDir(run)
@@ -194,7 +194,7 @@ def plot_over_run(
     history = directory.history()
     if not history:
         raise ValueError(f"{directory.checkpoints} holds no checkpoint")
-    validations = sorted((int(r["step"]), r["val/bleu"]) for r in read_metrics(run)
+    validations = sorted((int(r["step"]), r["val/bleu"]) for r in metrics_or_none(run)
                          if "val/bleu" in r)  # fmt: skip
     fig, axes = plt.subplots(1, len(history), figsize=(2.8 * len(history), 3.4), squeeze=False,
                              layout="constrained")  # fmt: skip

@@ -465,3 +465,82 @@ def test_inspect_draws_a_sentences_attention_at_every_checkpoint_of_a_run(traine
     assert inspect_cli.main(args) == 0
     assert out.read_bytes()[:4] == b"\x89PNG"
     assert inspect_cli.main([str(run.path / "checkpoints"), "--attention", "3", "--over-run"]) == 1
+
+
+def test_a_served_run_answers_from_the_checkpoint_the_slider_names(trained, tmp_path) -> None:
+    """A run of two checkpoints (the trained one at step 500, and at step 100 the same with its
+    weights disturbed): serve RUN; in chromium, translate, move the slider to step 100: the
+    heat map is /attention's on that checkpoint, and differs from the tested one's."""
+    import os
+    import shutil
+
+    import httpx
+
+    if not shutil.which("chromium"):
+        if os.environ.get("CI"):
+            pytest.fail("chromium is missing: .ci/run installs it (apt-get install chromium)")
+        pytest.skip("chromium is not installed (apt-get install chromium)")
+    playwright_api = pytest.importorskip("playwright.sync_api")
+    from helpers import CHROMIUM_FLAGS, ServeProcess
+
+    checkpoints = tmp_path / "run" / "checkpoints"
+    checkpoints.mkdir(parents=True)
+    shutil.copy(trained[0]["best_checkpoint"], checkpoints / "epoch005-step000500.ckpt")
+    early = torch.load(trained[0]["best_checkpoint"], weights_only=True)
+    generator = torch.Generator().manual_seed(0)
+    for name, tensor in early["state_dict"].items():
+        if tensor.is_floating_point() and "cross_attn" in name:
+            tensor += 0.5 * torch.randn(tensor.shape, generator=generator)
+    torch.save(early, checkpoints / "recent-step000100.ckpt")
+    text = "3 1 4 1 5"
+    server = ServeProcess(str(tmp_path / "run"), "--wait-ms", "5").ready()
+    try:
+        info = httpx.get(f"{server.url}/info").json()
+        assert [c["step"] for c in info["checkpoints"]] == [100, 500]
+        assert info["checkpoint"] == "epoch005-step000500.ckpt"
+        with playwright_api.sync_playwright() as playwright:
+            browser = playwright.chromium.launch(
+                executable_path=shutil.which("chromium"), args=CHROMIUM_FLAGS
+            )
+            try:
+                page = browser.new_page(viewport={"width": 1280, "height": 900})
+                page.goto(f"{server.url}/")
+                page.wait_for_selector("#beam")
+                page.fill("#src", text)
+                page.click("#go")
+                page.wait_for_selector("#heatmap-table", timeout=60_000)
+                cells = "cells => cells.map(c => c.dataset.value)"
+                tested = page.locator("#heatmap-table td").evaluate_all(cells)
+                page.evaluate(
+                    "window.before = JSON.stringify(Array.from("
+                    "document.querySelectorAll('#heatmap-table td')).map(c => c.dataset.value))"
+                )
+                page.fill("#checkpoint", "0")  # a range input: fill sets it and fires change
+                page.wait_for_function(
+                    "JSON.stringify(Array.from(document.querySelectorAll('#heatmap-table td'))"
+                    ".map(c => c.dataset.value)) !== window.before",
+                    timeout=60_000,
+                )
+                label = page.inner_text("#checkpoint-label")
+                early_cells = page.locator("#heatmap-table td").evaluate_all(cells)
+                layer = int(page.input_value("#layer"))
+            finally:
+                browser.close()
+        body = {
+            "src": text,
+            "beam": 3,
+            "checkpoint": "recent-step000100.ckpt",
+        }  # the page: n-best 3
+        attention = httpx.post(f"{server.url}/attention", json=body).json()
+        heads = attention["cross"][layer]
+        mean = [  # as the page averages: the heads summed in order, then divided
+            sum(h[i][j] for h in heads) / len(heads)
+            for i in range(len(heads[0]))
+            for j in range(len(heads[0][0]))
+        ]
+        assert early_cells == [f"{v:.4f}" for v in mean]
+        assert early_cells != tested and label.startswith("step 100")
+        refused = httpx.post(f"{server.url}/attention", json={**body, "checkpoint": "x.ckpt"})
+        assert refused.status_code == 422 and "is not one of this run's" in refused.json()["error"]
+    finally:
+        server.stop()

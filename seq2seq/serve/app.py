@@ -45,7 +45,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from seq2seq import checks
 from seq2seq.core.decoding import SearchStopped
-from seq2seq.inference import OPTIONS, Engine, RequestError, Settings
+from seq2seq.inference import OPTIONS, Engine, RequestError, RunHistory, Settings
 from seq2seq.serve.batcher import Batcher, Job
 
 __all__ = ["Limits", "create_app"]
@@ -112,10 +112,17 @@ def request_model(name: str, request: str, **more: Any) -> type[BaseModel]:
 
 
 SENTENCES = (str | list[str], Field(description="a sentence, or a list of them"))
-TranslateRequest = request_model("TranslateRequest", "translate", src=SENTENCES)
-AttentionRequest = request_model(
-    "AttentionRequest", "attention", src=(str, Field(description="one sentence"))
+CHECKPOINT = (
+    str | None,
+    Field(None, description="a server of a run (serve RUN): which of its checkpoints, by name"),
 )
+TranslateRequest = request_model(
+    "TranslateRequest", "translate", src=SENTENCES, checkpoint=CHECKPOINT
+)
+AttentionRequest = request_model(
+    "AttentionRequest", "attention", src=(str, Field(description="one sentence")),
+    checkpoint=CHECKPOINT,
+)  # fmt: skip
 SearchRequest = request_model(
     "SearchRequest", "search", src=(str, Field(description="one sentence")), top_k=5
 )
@@ -140,14 +147,31 @@ def create_app(
     limits: Limits | None = None,
     token: str | None = None,
     batcher: Batcher | None = None,
+    history: RunHistory | None = None,
 ) -> FastAPI:
     """The app; its worker (a Batcher of its own in a thread, unless one is given) starts
-    with the app and stops, once the work queued is done, with it."""
+    with the app and stops, once the work queued is done, with it. With a run's history
+    (serve RUN), /translate and /attention answer from the checkpoint a request names."""
     limits = limits or Limits()
     info = {
         **engine.info(), "limits": limits.__dict__, "auth": token is not None,
         "settings": [option.control() for option in OPTIONS],  # the page makes its controls
+        "checkpoints": history.checkpoints if history else None,
+        "checkpoint": history.default if history else None,
     }  # fmt: skip
+
+    def engine_of(body: Any) -> Engine:
+        """The engine a request names (a run's checkpoint), or the server's own."""
+        name = getattr(body, "checkpoint", None)
+        if name is None or (history is not None and name == history.default):
+            return engine
+        if history is None:
+            raise RequestError(
+                "checkpoint: this server serves one checkpoint; serve a run directory "
+                "(python -m seq2seq.serve RUN) to ask for others"
+            )
+        return history.engine(name)
+
     state: dict[str, Any] = {"stopping": False}
 
     @asynccontextmanager
@@ -249,6 +273,7 @@ def create_app(
     def checked(body: BaseModel, texts: list[str], *more_texts: list[str]) -> tuple:
         """The request's sentences within the limits, its settings checked, its search and
         its sentences encoded: or a one-line RequestError naming the limit, before any work."""
+        asked = engine_of(body)
         if not texts:
             raise RequestError("src is an empty list: send at least one sentence")
         if len(texts) > limits.max_sentences:
@@ -278,14 +303,14 @@ def create_app(
                     "ask for a narrower search",
                     status=413,
                 )
-        search = engine.search(settings)
-        sentences = engine.encode(texts, settings, search)
+        search = asked.search(settings)
+        sentences = asked.encode(texts, settings, search)
         if more_texts:  # translations to score: /score weighs what scoring them holds
             return settings, search, sentences
         # The largest search this request can make: its longest sentences, a batch of them.
         longest = sorted(sentences, key=lambda s: (len(s.ids), s.limit), reverse=True)
         batch = longest[: limits.max_batch]
-        need = engine.search_bytes(batch, search) / 2**20
+        need = asked.search_bytes(batch, search) / 2**20
         if need > limits.max_search_mb:
             raise RequestError(
                 f"this search would hold about {need:,.0f} MB (beam "
@@ -332,9 +357,12 @@ def create_app(
         loop = asyncio.get_running_loop()
         seed = settings.seed if settings.sample else None
         job = Job(sentences, search, loop.create_future(), loop, seed=seed)
+        asked = engine_of(body)
+        if asked is not engine:  # another checkpoint of the run: a search of its own
+            job.work = lambda: asked.generate(sentences, search, seed, stop=job.expired)
         found = await answered(request, job, started)
         outputs = [
-            [{"tgt": engine.text(ids), "score": None if math.isnan(s) else s} for s, ids in hyps]
+            [{"tgt": asked.text(ids), "score": None if math.isnan(s) else s} for s, ids in hyps]
             for hyps in found
         ]
         tgt = [hyps[0]["tgt"] for hyps in outputs]
@@ -429,11 +457,12 @@ def create_app(
         _, search, sentences = checked(body, [body.src])
         if not sentences[0].ids:
             raise RequestError("src is blank: send a sentence to translate")
-        if engine.backend != "torch":
-            engine.attention(sentences[0], search)  # says what to do instead
+        asked = engine_of(body)
+        if asked.backend != "torch":
+            asked.attention(sentences[0], search)  # says what to do instead
         loop = asyncio.get_running_loop()
         job = Job(sentences, search, loop.create_future(), loop)
-        job.work = lambda: engine.attention(sentences[0], search, stop=job.expired)
+        job.work = lambda: asked.attention(sentences[0], search, stop=job.expired)
         found = await answered(request, job, started)
         return {**found, "time_s": round(time.monotonic() - started, 4)}
 

@@ -1,6 +1,7 @@
 """`python -m seq2seq.serve` (and `seq2seq-serve`): load the model once and serve it.
 
     python -m seq2seq.serve best.ckpt                   # http://127.0.0.1:8000/
+    python -m seq2seq.serve outputs/tatoeba_en_fr/runs/RUN   # every checkpoint the run kept
     python -m seq2seq.serve --model model-ct2 --port 0  # a free port, printed
     SEQ2SEQ_SERVE_TOKEN=secret python -m seq2seq.serve best.ckpt --host 0.0.0.0
 
@@ -16,6 +17,7 @@ import socket
 import sys
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from seq2seq.cli import ArgumentParser, describe
@@ -31,7 +33,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("ckpt", nargs="?", help="a checkpoint written by train.py")
+    parser.add_argument(
+        "ckpt", nargs="?",
+        help="a checkpoint written by train.py, or a run directory: every checkpoint it kept "
+        "(the page's slider over them; the run's tested checkpoint first)",
+    )  # fmt: skip
     parser.add_argument("--model", help="a CTranslate2 directory written by seq2seq.export")
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
     parser.add_argument("--port", type=int, default=8000, help="port (0: a free one, printed)")
@@ -85,7 +91,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         import uvicorn
 
-        from seq2seq.inference import Engine
+        from seq2seq.inference import Engine, RunHistory
         from seq2seq.serve.app import Limits, create_app
         from seq2seq.serve.batcher import Batcher
     except ImportError as error:
@@ -93,12 +99,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f'error: {missing}: pip install -e ".[serve]"', file=sys.stderr)
         return 1
     try:
-        engine = Engine(args.ckpt, args.model, args.device, args.compute_type, args.threads)
+        history = None
+        if args.ckpt is not None and Path(args.ckpt).is_dir():
+            history = RunHistory(args.ckpt, args.device)
+            engine = history.engine()
+        else:
+            engine = Engine(args.ckpt, args.model, args.device, args.compute_type, args.threads)
         limits = Limits(**{name: getattr(args, flag[2:].replace("-", "_"))
                            for name, flag, *_ in Limits.options()})  # fmt: skip
         batcher = Batcher(engine, limits.max_batch, limits.wait_ms / 1000, thread=False,
                           max_bytes=limits.max_search_mb * 2**20)  # fmt: skip
-        app = create_app(engine, limits, args.token, batcher)
+        app = create_app(engine, limits, args.token, batcher, history)
         sock = listening_socket(args.host, args.port)
     except (ValueError, OSError) as error:
         if args.debug:
