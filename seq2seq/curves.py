@@ -56,12 +56,20 @@ def read_metrics(run_dir: str | Path) -> list[dict[str, float]]:
     return rows
 
 
-def metrics_or_none(run_dir: str | Path) -> list[dict[str, float]]:
-    """read_metrics, or no rows for a run that logged none (its checkpoints copied alone)."""
+def validation_bleu_at(run_dir: str | Path, steps: list[int]) -> list[float | None]:
+    """The validation BLEU (0-100) the run logged last at or before each step (a
+    checkpoint's: it follows its validation); None where it logged none (or no metrics at
+    all: a run directory of copied checkpoints)."""
     try:
-        return read_metrics(run_dir)
+        rows = read_metrics(run_dir)
     except ValueError:
-        return []
+        rows = []
+    logged = sorted((int(r["step"]), r["val/bleu"]) for r in rows if "val/bleu" in r)
+    found = []
+    for step in steps:
+        before = [bleu for at, bleu in logged if at <= step]
+        found.append(100 * before[-1] if before else None)
+    return found
 
 
 def series(rows: list[dict[str, float]], key: str) -> tuple[list[float], list[float]]:

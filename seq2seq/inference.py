@@ -1007,7 +1007,7 @@ class RunHistory:
     def __init__(self, run_dir: str | Path, device: str = "cpu", keep: int = 4) -> None:
         import collections
 
-        from seq2seq.curves import metrics_or_none as _metrics
+        from seq2seq.curves import validation_bleu_at
         from seq2seq.run_dir import RunDir
 
         run = RunDir(run_dir)
@@ -1016,15 +1016,12 @@ class RunHistory:
         history = run.history()
         if not history:
             raise ValueError(f"{run.checkpoints} holds no checkpoint to serve")
-        validations = sorted((int(r["step"]), r["val/bleu"]) for r in _metrics(run.path)
-                             if "val/bleu" in r)  # fmt: skip
-        self.checkpoints = []
-        self.paths: dict[str, Path] = {}
-        for step, path in history:
-            before = [b for s, b in validations if s <= step]
-            self.checkpoints.append({"name": path.name, "step": step,
-                                     "val_bleu": 100 * before[-1] if before else None})  # fmt: skip
-            self.paths[path.name] = path
+        bleus = validation_bleu_at(run.path, [step for step, _ in history])
+        self.checkpoints = [
+            {"name": path.name, "step": step, "val_bleu": bleu}
+            for (step, path), bleu in zip(history, bleus, strict=True)
+        ]
+        self.paths: dict[str, Path] = {path.name: path for _, path in history}
         tested = _tested_path(run.path)
         self.default = (
             tested.name

@@ -185,7 +185,7 @@ def plot_over_run(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from seq2seq.curves import metrics_or_none
+    from seq2seq.curves import validation_bleu_at
     from seq2seq.run_dir import RunDir
 
     directory = RunDir(run)
@@ -194,11 +194,10 @@ def plot_over_run(
     history = directory.history()
     if not history:
         raise ValueError(f"{directory.checkpoints} holds no checkpoint")
-    validations = sorted((int(r["step"]), r["val/bleu"]) for r in metrics_or_none(run)
-                         if "val/bleu" in r)  # fmt: skip
+    bleus = validation_bleu_at(run, [step for step, _ in history])
     fig, axes = plt.subplots(1, len(history), figsize=(2.8 * len(history), 3.4), squeeze=False,
                              layout="constrained")  # fmt: skip
-    for ax, (step, path) in zip(axes[0], history, strict=True):
+    for ax, (step, path), bleu in zip(axes[0], history, bleus, strict=True):
         module = load_module(str(path))
         chosen = module.config.num_decoder_layers - 1 if layer is None else layer
         module.model.attention_module(kind, chosen)  # a one-line error for a layer it lacks
@@ -210,8 +209,7 @@ def plot_over_run(
         weights = module.attention(src, output)[kind][chosen]
         shown = weights.mean(0) if head is None else weights[head]
         ax.imshow(shown.numpy(), vmin=0, vmax=1, cmap="Blues")
-        before = [b for s, b in validations if s <= step]  # the validation that preceded it
-        score = f", val BLEU {100 * before[-1]:.1f}" if before else ""
+        score = f", val BLEU {bleu:.1f}" if bleu is not None else ""
         ax.set_title(f"step {step}{score}\n{module.tgt_vocab.decode(output)[:40]}", fontsize=7)
         ax.set_xticks([])
         ax.set_yticks([])

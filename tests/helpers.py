@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hydra import compose, initialize_config_dir
@@ -125,6 +128,50 @@ def drive_page(
     text, click Translate, choose the heat map's kind, layer and head, save a screenshot to
     out; returns what the page shows: the output, the error, the table's kind, layer and head,
     its row and column labels, and its cells' values."""
+    with translated_page(url, text, size, beam) as page:
+        page.select_option("#kind", value=kind)
+        # By position: Playwright matches a string against values and labels alike, and
+        # the page labels layer i and head i as i + 1 (the head's first option: the mean).
+        if layer is not None:
+            page.select_option("#layer", index=layer)
+        if head is not None:
+            page.select_option("#head", index=0 if head == "mean" else int(head) + 1)
+        page.screenshot(path=str(out), full_page=True)
+        table = page.locator("#heatmap-table")
+        return {
+            "tgt": page.inner_text("#tgt"),
+            "error": page.inner_text("#error").strip(),
+            "table": {k: table.get_attribute(f"data-{k}") for k in ("kind", "layer", "head")},
+            "rows": page.locator("#heatmap-table tbody th").all_inner_texts(),
+            "cols": page.locator("#heatmap-table thead th span").all_inner_texts(),
+            "cells": [
+                row.locator("td").evaluate_all("cells => cells.map(c => c.dataset.value)")
+                for row in page.locator("#heatmap-table tbody tr").all()
+            ],
+        }
+
+
+def need_chromium() -> None:
+    """Skip a browser test where chromium is missing; in CI (which installs it), fail."""
+    import os
+    import shutil
+
+    import pytest
+
+    if not shutil.which("chromium"):
+        if os.environ.get("CI"):
+            pytest.fail("chromium is missing: .ci/run installs it (apt-get install chromium)")
+        pytest.skip("chromium is not installed (apt-get install chromium)")
+    pytest.importorskip("playwright.sync_api")
+
+
+@contextmanager
+def translated_page(
+    url: str, text: str, size: tuple[int, int] = (1280, 1000), beam: int | None = None
+) -> Iterator[Any]:
+    """The server's page in chromium (Playwright, through its executable path) with text
+    translated (at this beam, or the page's default) and its heat map drawn: a Playwright
+    Page, closed on exit."""
     import shutil
 
     from playwright.sync_api import sync_playwright
@@ -136,32 +183,13 @@ def drive_page(
         try:
             page = browser.new_page(viewport={"width": size[0], "height": size[1]})
             page.goto(f"{url}/")
-            page.wait_for_function("document.getElementById('model').textContent !== 'loading…'")
+            page.wait_for_selector("#beam")  # the controls /info's settings make
             page.fill("#src", text)
             if beam is not None:
                 page.fill("#beam", str(beam))
             page.click("#go")
             page.wait_for_selector("#heatmap-table", timeout=60_000)
-            page.select_option("#kind", value=kind)
-            # By position: Playwright matches a string against values and labels alike, and
-            # the page labels layer i and head i as i + 1 (the head's first option: the mean).
-            if layer is not None:
-                page.select_option("#layer", index=layer)
-            if head is not None:
-                page.select_option("#head", index=0 if head == "mean" else int(head) + 1)
-            page.screenshot(path=str(out), full_page=True)
-            table = page.locator("#heatmap-table")
-            return {
-                "tgt": page.inner_text("#tgt"),
-                "error": page.inner_text("#error").strip(),
-                "table": {k: table.get_attribute(f"data-{k}") for k in ("kind", "layer", "head")},
-                "rows": page.locator("#heatmap-table tbody th").all_inner_texts(),
-                "cols": page.locator("#heatmap-table thead th span").all_inner_texts(),
-                "cells": [
-                    row.locator("td").evaluate_all("cells => cells.map(c => c.dataset.value)")
-                    for row in page.locator("#heatmap-table tbody tr").all()
-                ],
-            }
+            yield page
         finally:
             browser.close()
 
@@ -175,43 +203,26 @@ def drive_explore(
     `word` there), then score `own` as your translation; save a screenshot to out. Returns
     the prefix clicked, the output it gave, the score shown for `own`, and the page's error
     line."""
-    import shutil
-
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=shutil.which("chromium"), args=CHROMIUM_FLAGS
-        )
-        try:
-            page = browser.new_page(viewport={"width": size[0], "height": size[1]})
-            page.goto(f"{url}/")
-            page.wait_for_selector("#beam")
-            page.fill("#src", text)
-            page.fill("#beam", str(beam))
-            page.click("#go")
-            page.wait_for_selector("#heatmap-table", timeout=60_000)
-            if top_k is not None:
-                page.fill("#tree-top-k", str(top_k))
-            page.click("#tree-go")
-            page.wait_for_selector("#tree-svg", timeout=60_000)
-            which = f'[data-token="{word}"]' if word is not None else ":not(.kept)"
-            alternative = page.locator(f'#tree-svg .alt[data-step="{step}"]{which}').first
-            prefix = alternative.get_attribute("data-prefix")
-            alternative.click()
-            page.wait_for_selector("#branch-tgt", timeout=60_000)
-            page.fill("#own", own)
-            page.click("#score-own")
-            page.wait_for_selector("#own-score", timeout=60_000)
-            page.screenshot(path=str(out), full_page=True)
-            return {
-                "prefix": prefix,
-                "branched": page.inner_text("#branch-tgt"),
-                "own_score": float(page.get_attribute("#own-score", "data-score")),
-                "error": page.inner_text("#error").strip(),
-            }
-        finally:
-            browser.close()
+    with translated_page(url, text, size, beam) as page:
+        if top_k is not None:
+            page.fill("#tree-top-k", str(top_k))
+        page.click("#tree-go")
+        page.wait_for_selector("#tree-svg", timeout=60_000)
+        which = f'[data-token="{word}"]' if word is not None else ":not(.kept)"
+        alternative = page.locator(f'#tree-svg .alt[data-step="{step}"]{which}').first
+        prefix = alternative.get_attribute("data-prefix")
+        alternative.click()
+        page.wait_for_selector("#branch-tgt", timeout=60_000)
+        page.fill("#own", own)
+        page.click("#score-own")
+        page.wait_for_selector("#own-score", timeout=60_000)
+        page.screenshot(path=str(out), full_page=True)
+        return {
+            "prefix": prefix,
+            "branched": page.inner_text("#branch-tgt"),
+            "own_score": float(page.get_attribute("#own-score", "data-score")),
+            "error": page.inner_text("#error").strip(),
+        }
 
 
 class ServeProcess:

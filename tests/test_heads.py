@@ -173,17 +173,12 @@ def test_the_page_switches_a_head_off_in_the_model_view(trained, tmp_path) -> No
     /what-if's for that step and source token; then switch two cross-attention heads off in
     the grid of every layer and head: the translation shown is /translate's with that
     head_mask, the score shown is /score's under it, and the grid marks them off."""
-    import os
     import shutil
 
     import httpx
+    from helpers import ServeProcess, need_chromium, translated_page
 
-    if not shutil.which("chromium"):
-        if os.environ.get("CI"):
-            pytest.fail("chromium is missing: .ci/run installs it (apt-get install chromium)")
-        pytest.skip("chromium is not installed (apt-get install chromium)")
-    playwright_api = pytest.importorskip("playwright.sync_api")
-    from helpers import CHROMIUM_FLAGS, ServeProcess
+    need_chromium()
 
     from seq2seq import inspect as inspect_cli
 
@@ -196,35 +191,23 @@ def test_the_page_switches_a_head_off_in_the_model_view(trained, tmp_path) -> No
     assert inspect_cli.main([str(ckpt), "--heads", *pairs]) == 0
     server = ServeProcess(str(ckpt), "--wait-ms", "5").ready()
     try:
-        with playwright_api.sync_playwright() as playwright:
-            browser = playwright.chromium.launch(
-                executable_path=shutil.which("chromium"), args=CHROMIUM_FLAGS
-            )
-            try:
-                page = browser.new_page(viewport={"width": 1280, "height": 1000})
-                page.goto(f"{server.url}/")
-                page.wait_for_selector("#beam")
-                page.fill("#src", text)
-                page.click("#go")
-                page.wait_for_selector("#grid canvas", timeout=60_000)
-                page.click('#heatmap-table td[data-step="2"][data-source="0"]')  # the what-if
-                page.wait_for_selector("#what-if-tgt", timeout=60_000)
-                what_if = page.inner_text("#what-if-tgt")
-                layer = int(page.input_value("#layer"))
-                heads = page.locator("#grid button.toggle").count()
-                for layer, head in ((0, 0), (1, 1)):
-                    selector = f'button.toggle[data-layer="{layer}"][data-head="{head}"]'
-                    page.click(f"#grid {selector}")
-                    page.wait_for_selector(f"#grid .cell.off {selector}", timeout=60_000)
-                page.wait_for_function("document.getElementById('time').dataset.score")
-                atlas_rows = page.locator("#atlas-table .atlas-row").count()
-                shown = page.inner_text("#tgt")
-                score = float(page.get_attribute("#time", "data-score"))
-                mask = page.input_value("#head_mask")
-                off = page.locator("#grid .cell.off").count()
-                page.screenshot(path=str(tmp_path / "heads.png"), full_page=True)
-            finally:
-                browser.close()
+        with translated_page(server.url, text) as page:
+            page.click('#heatmap-table td[data-step="2"][data-source="0"]')  # the what-if
+            page.wait_for_selector("#what-if-tgt", timeout=60_000)
+            what_if = page.inner_text("#what-if-tgt")
+            layer = int(page.input_value("#layer"))
+            heads = page.locator("#grid button.toggle").count()
+            for switched in ((0, 0), (1, 1)):
+                selector = 'button.toggle[data-layer="{}"][data-head="{}"]'.format(*switched)
+                page.click(f"#grid {selector}")
+                page.wait_for_selector(f"#grid .cell.off {selector}", timeout=60_000)
+            page.wait_for_function("document.getElementById('time').dataset.score")
+            atlas_rows = page.locator("#atlas-table .atlas-row").count()
+            shown = page.inner_text("#tgt")
+            score = float(page.get_attribute("#time", "data-score"))
+            mask = page.input_value("#head_mask")
+            off = page.locator("#grid .cell.off").count()
+            page.screenshot(path=str(tmp_path / "heads.png"), full_page=True)
         assert mask == "cross:0:0,cross:1:1" and off == 2 and heads >= 8
         assert atlas_rows == 3 * heads  # every head of the three kinds (the grid: one kind)
         atlas = httpx.get(f"{server.url}/heads").json()
@@ -471,17 +454,12 @@ def test_a_served_run_answers_from_the_checkpoint_the_slider_names(trained, tmp_
     """A run of two checkpoints (the trained one at step 500, and at step 100 the same with its
     weights disturbed): serve RUN; in chromium, translate, move the slider to step 100: the
     heat map is /attention's on that checkpoint, and differs from the tested one's."""
-    import os
     import shutil
 
     import httpx
+    from helpers import ServeProcess, need_chromium, translated_page
 
-    if not shutil.which("chromium"):
-        if os.environ.get("CI"):
-            pytest.fail("chromium is missing: .ci/run installs it (apt-get install chromium)")
-        pytest.skip("chromium is not installed (apt-get install chromium)")
-    playwright_api = pytest.importorskip("playwright.sync_api")
-    from helpers import CHROMIUM_FLAGS, ServeProcess
+    need_chromium()
 
     checkpoints = tmp_path / "run" / "checkpoints"
     checkpoints.mkdir(parents=True)
@@ -498,34 +476,22 @@ def test_a_served_run_answers_from_the_checkpoint_the_slider_names(trained, tmp_
         info = httpx.get(f"{server.url}/info").json()
         assert [c["step"] for c in info["checkpoints"]] == [100, 500]
         assert info["checkpoint"] == "epoch005-step000500.ckpt"
-        with playwright_api.sync_playwright() as playwright:
-            browser = playwright.chromium.launch(
-                executable_path=shutil.which("chromium"), args=CHROMIUM_FLAGS
+        with translated_page(server.url, text, (1280, 900)) as page:
+            cells = "cells => cells.map(c => c.dataset.value)"
+            tested = page.locator("#heatmap-table td").evaluate_all(cells)
+            page.evaluate(
+                "window.before = JSON.stringify(Array.from("
+                "document.querySelectorAll('#heatmap-table td')).map(c => c.dataset.value))"
             )
-            try:
-                page = browser.new_page(viewport={"width": 1280, "height": 900})
-                page.goto(f"{server.url}/")
-                page.wait_for_selector("#beam")
-                page.fill("#src", text)
-                page.click("#go")
-                page.wait_for_selector("#heatmap-table", timeout=60_000)
-                cells = "cells => cells.map(c => c.dataset.value)"
-                tested = page.locator("#heatmap-table td").evaluate_all(cells)
-                page.evaluate(
-                    "window.before = JSON.stringify(Array.from("
-                    "document.querySelectorAll('#heatmap-table td')).map(c => c.dataset.value))"
-                )
-                page.fill("#checkpoint", "0")  # a range input: fill sets it and fires change
-                page.wait_for_function(
-                    "JSON.stringify(Array.from(document.querySelectorAll('#heatmap-table td'))"
-                    ".map(c => c.dataset.value)) !== window.before",
-                    timeout=60_000,
-                )
-                label = page.inner_text("#checkpoint-label")
-                early_cells = page.locator("#heatmap-table td").evaluate_all(cells)
-                layer = int(page.input_value("#layer"))
-            finally:
-                browser.close()
+            page.fill("#checkpoint", "0")  # a range input: fill sets it and fires change
+            page.wait_for_function(
+                "JSON.stringify(Array.from(document.querySelectorAll('#heatmap-table td'))"
+                ".map(c => c.dataset.value)) !== window.before",
+                timeout=60_000,
+            )
+            label = page.inner_text("#checkpoint-label")
+            early_cells = page.locator("#heatmap-table td").evaluate_all(cells)
+            layer = int(page.input_value("#layer"))
         body = {
             "src": text,
             "beam": 3,
