@@ -70,15 +70,16 @@ class RunDir:
     def history(self) -> list[tuple[int, Path]]:
         """(step, checkpoint) of every checkpoint the run keeps, oldest first: the best, the
         last, and the weights kept at each recent validation (recent-stepNNNNNN.ckpt; every
-        validation's with callbacks.recent_checkpoints.save_top_k=-1). One a step: a file
-        named by its step wins over last.ckpt at the same step."""
+        validation's with callbacks.recent_checkpoints.save_top_k=-1). One a step: the best's
+        file (epochNNN-stepNNNNNN, a whole checkpoint) over recent-step files, and either over
+        last.ckpt."""
         from seq2seq.checkpoint import load_checkpoint
 
         found: dict[int, Path] = {}
         for path in sorted(self.checkpoints.glob("*.ckpt")):
             stem = path.stem
-            if "step" in stem and stem.rsplit("step", 1)[1].isdigit():
-                found[int(stem.rsplit("step", 1)[1])] = path
+            if "step" in stem and stem.rsplit("step", 1)[1].isdigit():  # epoch... before recent...
+                found.setdefault(int(stem.rsplit("step", 1)[1]), path)
         for path in sorted(self.checkpoints.glob("*.ckpt")):
             if path not in found.values():
                 step = int(load_checkpoint(path, mmap=True).get("global_step", -1))
