@@ -247,7 +247,9 @@ def print_alignments(
     return 0
 
 
-def write_atlas(path: str, src: str | None, ref: str | None, limit: int, out: str | None) -> int:
+def write_atlas(
+    path: str, src: str | None, ref: str | None, limit: int, out: str | None, split: str = "test"
+) -> int:
     """--heads: the atlas of path's heads, as heads.json and heads.png."""
     from seq2seq.heads import atlas, heads_figure
     from seq2seq.inference import Engine
@@ -256,12 +258,13 @@ def write_atlas(path: str, src: str | None, ref: str | None, limit: int, out: st
 
     run = RunDir.of_checkpoint(path)
     if src is None:
-        if run is None or not (run.path / "test_sources.txt").is_file():
+        sources_file = run.path / f"{split}_sources.txt" if run is not None else None
+        if sources_file is None or not sources_file.is_file():
             raise ValueError(
-                f"{path}'s run wrote no test_sources.txt to take pairs from: give --src FILE "
-                "--ref FILE"
+                f"{path}'s run wrote no {split}_sources.txt to take pairs from (runs of "
+                "earlier releases wrote no validation pairs): give --src FILE --ref FILE"
             )
-        src, ref = str(run.path / "test_sources.txt"), str(run.test_references)
+        src, ref = str(sources_file), str(run.path / f"{split}_references.txt")
     sources, references = read_lines(src)[:limit], read_lines(ref)[:limit]
     engine = Engine(path)
     found = atlas(engine, sources, references)
@@ -332,6 +335,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--src", help="--heads: a file of sources, one a line")
     parser.add_argument("--ref", help="--heads, --align: references (targets), one a line")
     parser.add_argument("--limit", type=int, default=500, help="--heads: pairs used, at most")
+    parser.add_argument(
+        "--split", choices=["test", "validation"], default="test",
+        help="--heads: the run's split whose pairs it wrote (default test; validation: what "
+        "its validations decoded)",
+    )  # fmt: skip
     parser.add_argument("--curves", action="store_true", help="draw a run's training curves")
     parser.add_argument(
         "--out", help="where --attention (attention.png) or --curves (RUN_DIR/curves.png) writes"
@@ -361,7 +369,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return print_alignments(args.checkpoints[0], args.align, args.ref, args.layer,
                                     args.head)  # fmt: skip
         elif args.heads:
-            return write_atlas(args.checkpoints[0], args.src, args.ref, args.limit, args.out)
+            return write_atlas(args.checkpoints[0], args.src, args.ref, args.limit, args.out,
+                               args.split)  # fmt: skip
         elif args.over_run:
             return plot_over_run(args.checkpoints[0], args.attention, args.out or "over_run.png",
                                  args.kind, args.layer, args.head)  # fmt: skip

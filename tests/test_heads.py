@@ -337,6 +337,14 @@ def test_the_atlas_of_the_copy_model(trained, tmp_path, capsys) -> None:
     assert "heads.json and heads.png" in capsys.readouterr().out
     written = json.loads((tmp_path / "heads.json").read_text(encoding="utf-8"))
     assert written["pairs"] == 16 and (tmp_path / "heads.png").read_bytes()[:4] == b"\x89PNG"
+    # the pairs the run's validations decoded, written by training for this
+    out = tmp_path / "validation"
+    split = ["--split", "validation", "--limit", "24", "--out", str(out)]
+    assert inspect_cli.main([ckpt, "--heads", *split]) == 0
+    run = Path(ckpt).parent.parent
+    sources = (run / "validation_sources.txt").read_text(encoding="utf-8").splitlines()
+    assert json.loads((out / "heads.json").read_text(encoding="utf-8"))["pairs"] == 24
+    assert len(sources) == trained[1].data.corpus.val_size
 
 
 # --- alignments ----------------------------------------------------------------------------------

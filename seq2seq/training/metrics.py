@@ -119,6 +119,18 @@ def write_test_texts(run_dir: Path, rows: Sequence[TextRow]) -> None:
         (run_dir / f"test_{name}.txt").write_text(lines, encoding="utf-8")
 
 
+def write_validation_pairs(run_dir: Path, rows: Sequence[TextRow]) -> None:
+    """validation_sources.txt and validation_references.txt in run_dir, once (the split does
+    not change): the pairs the validations decoded, for `inspect CKPT --heads --split
+    validation`, which then needs no corpus."""
+    if (run_dir / "validation_references.txt").is_file():
+        return
+    run_dir.mkdir(parents=True, exist_ok=True)
+    for index, name in ((2, "sources"), (1, "references")):
+        lines = "".join(row[index].replace("\n", " ") + "\n" for row in rows)
+        (run_dir / f"validation_{name}.txt").write_text(lines, encoding="utf-8")
+
+
 class StageMetrics(nn.Module):
     """Everything measured in training, validation and test: one torchmetrics collection per
     stage (so their states never mix), fed batch by batch, and the decoded texts of validation
@@ -136,7 +148,7 @@ class StageMetrics(nn.Module):
         for stage in ("train", "val", "test"):  # as train_metrics, ... ("train" is a method)
             self.add_module(f"{stage}_metrics", stage_metrics(stage, size, pad))
         self.texts = {
-            "val": EpochTexts(src_vocab, tgt_vocab, with_sources=False),
+            "val": EpochTexts(src_vocab, tgt_vocab, with_sources=True),
             "test": EpochTexts(src_vocab, tgt_vocab, with_sources=True),
         }
 

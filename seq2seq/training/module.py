@@ -30,7 +30,12 @@ from seq2seq.run_dir import RunDir
 from seq2seq.score import signatures
 from seq2seq.training.callbacks import last_batch
 from seq2seq.training.doctor import Doctor
-from seq2seq.training.metrics import StageMetrics, TextRow, write_test_texts
+from seq2seq.training.metrics import (
+    StageMetrics,
+    TextRow,
+    write_test_texts,
+    write_validation_pairs,
+)
 from seq2seq.training.optim import optimizer_with_schedule
 
 log = logging.getLogger(__name__)
@@ -200,6 +205,8 @@ class Seq2SeqModule(Decodes, L.LightningModule):
         values, rows = self.metrics.compute(stage, world, keep, tokenize)
         if stage == "val" and rows and not self.trainer.sanity_checking:
             values |= self._consult_doctor(rows, values)
+            if self.trainer.is_global_zero:
+                write_validation_pairs(Path(self.trainer.default_root_dir), rows)
         if stage == "test" and self.trainer.is_global_zero:
             write_test_texts(Path(self.trainer.default_root_dir), rows)
         self.log_dict(values, prog_bar=stage == "val")
