@@ -213,7 +213,7 @@ def test_checkpoint_alone_reproduces_the_test_exact_match(
 
 
 def test_each_validation_decodes_its_first_val_decode_limit_examples(
-    trained: tuple[dict, DictConfig], monkeypatch: pytest.MonkeyPatch
+    trained: tuple[dict, DictConfig], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     import lightning as L
 
@@ -226,12 +226,15 @@ def test_each_validation_decodes_its_first_val_decode_limit_examples(
     monkeypatch.setattr(
         module, "generate", lambda src, b=1: decoded.append(len(src)) or generate(src, b)
     )
+    # default_root_dir: what validation writes goes there, not into the checkout
     trainer = L.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                        limit_val_batches=3, enable_model_summary=False)  # fmt: skip
+                        limit_val_batches=3, enable_model_summary=False,
+                        default_root_dir=tmp_path)  # fmt: skip
     datamodule = instantiate(cfg.data)
     for _ in range(2):  # the limit counts from each validation's start
         trainer.validate(module, datamodule=datamodule, verbose=False)
     assert decoded == [64, 64]
+    assert (tmp_path / "validation_sources.txt").is_file()  # the pairs, written once
 
 
 def test_learning_rate_warms_up_then_decays(trained: tuple[dict, DictConfig]) -> None:
