@@ -56,6 +56,21 @@ def read_metrics(run_dir: str | Path) -> list[dict[str, float]]:
     return rows
 
 
+def kept_checkpoints(run_dir: str | Path) -> list[tuple[int, Path, float | None]]:
+    """(step, checkpoint, validation BLEU 0-100 or None) of every checkpoint a run kept,
+    oldest first (RunDir.history), or a one-line error for a directory that is not a run."""
+    from seq2seq.run_dir import RunDir
+
+    run = RunDir(run_dir)
+    if not run.checkpoints.is_dir():
+        raise ValueError(f"{run_dir} is not a run directory (it has no checkpoints/)")
+    history = run.history()
+    if not history:
+        raise ValueError(f"{run.checkpoints} holds no checkpoint")
+    bleus = validation_bleu_at(run.path, [step for step, _ in history])
+    return [(step, path, bleu) for (step, path), bleu in zip(history, bleus, strict=True)]
+
+
 def validation_bleu_at(run_dir: str | Path, steps: list[int]) -> list[float | None]:
     """The validation BLEU (0-100) the run logged last at or before each step (a
     checkpoint's: it follows its validation); None where it logged none (or no metrics at

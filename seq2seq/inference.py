@@ -1007,27 +1007,16 @@ class RunHistory:
     def __init__(self, run_dir: str | Path, device: str = "cpu", keep: int = 4) -> None:
         import collections
 
-        from seq2seq.curves import validation_bleu_at
-        from seq2seq.run_dir import RunDir
+        from seq2seq.curves import kept_checkpoints
 
-        run = RunDir(run_dir)
-        if not run.checkpoints.is_dir():
-            raise ValueError(f"{run_dir} is not a run directory (it has no checkpoints/)")
-        history = run.history()
-        if not history:
-            raise ValueError(f"{run.checkpoints} holds no checkpoint to serve")
-        bleus = validation_bleu_at(run.path, [step for step, _ in history])
+        kept = kept_checkpoints(run_dir)
         self.checkpoints = [
-            {"name": path.name, "step": step, "val_bleu": bleu}
-            for (step, path), bleu in zip(history, bleus, strict=True)
+            {"name": path.name, "step": step, "val_bleu": bleu} for step, path, bleu in kept
         ]
-        self.paths: dict[str, Path] = {path.name: path for _, path in history}
-        tested = _tested_path(run.path)
-        self.default = (
-            tested.name
-            if tested is not None and tested.name in self.paths
-            else (history[-1][1].name)
-        )
+        self.paths: dict[str, Path] = {path.name: path for _, path, _ in kept}
+        tested = _tested_path(Path(run_dir))
+        ran_test = tested is not None and tested.name in self.paths
+        self.default = tested.name if ran_test else kept[-1][1].name  # else the last
         self.device, self.keep = device, keep
         self._engines: collections.OrderedDict[str, Engine] = collections.OrderedDict()
 

@@ -185,19 +185,12 @@ def plot_over_run(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from seq2seq.curves import validation_bleu_at
-    from seq2seq.run_dir import RunDir
+    from seq2seq.curves import kept_checkpoints
 
-    directory = RunDir(run)
-    if not directory.checkpoints.is_dir():
-        raise ValueError(f"--over-run needs a run directory (RUN/checkpoints/), got {run}")
-    history = directory.history()
-    if not history:
-        raise ValueError(f"{directory.checkpoints} holds no checkpoint")
-    bleus = validation_bleu_at(run, [step for step, _ in history])
+    history = kept_checkpoints(run)
     fig, axes = plt.subplots(1, len(history), figsize=(2.8 * len(history), 3.4), squeeze=False,
                              layout="constrained")  # fmt: skip
-    for ax, (step, path), bleu in zip(axes[0], history, bleus, strict=True):
+    for ax, (step, path, bleu) in zip(axes[0], history, strict=True):
         module = load_module(str(path))
         chosen = module.config.num_decoder_layers - 1 if layer is None else layer
         module.model.attention_module(kind, chosen)  # a one-line error for a layer it lacks

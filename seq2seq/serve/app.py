@@ -32,6 +32,7 @@ import math
 import re
 import secrets
 import time
+from collections.abc import Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -44,8 +45,8 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from seq2seq import checks
-from seq2seq.core.decoding import SearchStopped
-from seq2seq.inference import OPTIONS, Engine, RequestError, RunHistory, Settings
+from seq2seq.core.decoding import Search, SearchStopped
+from seq2seq.inference import OPTIONS, Engine, RequestError, RunHistory, Sentence, Settings
 from seq2seq.serve.batcher import Batcher, Job
 
 __all__ = ["Limits", "create_app"]
@@ -404,6 +405,27 @@ def create_app(
             "time_s": round(time.monotonic() - started, 4),
         }
 
+    def one_sentence(body: BaseModel) -> tuple[Engine, Sentence, Search]:
+        """The engine a one-sentence request asks, its sentence (not blank) and search."""
+        _, search, sentences = checked(body, [body.src])
+        if not sentences[0].ids:
+            raise RequestError("src is blank: send a sentence to translate")
+        return engine_of(body), sentences[0], search
+
+    async def alone(
+        request: Request, started: float, asked: Engine, sentence: Sentence, search: Search,
+        work: Callable[[Callable[[], bool] | None], Any],
+    ) -> Any:  # fmt: skip
+        """work(stop) on the worker, a job of its own: what the checkpoint alone can answer
+        (an export's engine refuses it in one line before it queues)."""
+        if asked.backend != "torch":
+            work(None)  # says what to do instead
+        loop = asyncio.get_running_loop()
+        job = Job([sentence], search, loop.create_future(), loop)
+        job.work = lambda: work(job.expired)
+        found = await answered(request, job, started)
+        return {**found, "time_s": round(time.monotonic() - started, 4)}
+
     @app.post("/search", summary="The beam search as a tree", dependencies=guarded)
     async def search_tree(body: SearchRequest, request: Request) -> Any:  # type: ignore[valid-type]
         started = time.monotonic()
@@ -415,14 +437,9 @@ def create_app(
                 f"{limits.max_top_k}: ask for fewer alternatives a step",
                 status=413,
             )
-        _, search, sentences = checked(body, [body.src])
-        sentence = sentences[0]
-        if not sentence.ids:
-            raise RequestError("src is blank: send a sentence to translate")
-        if engine.backend != "torch":
-            engine.trace(sentence, search, body.top_k)  # says what to do instead
+        asked, sentence, search = one_sentence(body)
         nodes = sentence.limit * search.decoding.beam_size * (body.top_k + 1)
-        if nodes > limits.max_trace:
+        if asked.backend == "torch" and nodes > limits.max_trace:
             raise RequestError(
                 f"this tree could have {nodes:,} nodes ({sentence.limit} steps x beam "
                 f"{search.decoding.beam_size} x {body.top_k + 1}), more than this server's "
@@ -430,41 +447,23 @@ def create_app(
                 "alternatives (top_k) or a smaller max_len",
                 status=413,
             )
-        loop = asyncio.get_running_loop()
-        job = Job(sentences, search, loop.create_future(), loop)
-        job.work = lambda: engine.trace(sentence, search, body.top_k, stop=job.expired)
-        found = await answered(request, job, started)
-        return {**found, "time_s": round(time.monotonic() - started, 4)}
+        work = lambda stop: asked.trace(sentence, search, body.top_k, stop=stop)  # noqa: E731
+        return await alone(request, started, asked, sentence, search, work)
 
     @app.post("/what-if", summary="Force one step's attention, decode on", dependencies=guarded)
     async def what_if(body: WhatIfRequest, request: Request) -> Any:  # type: ignore[valid-type]
         started = time.monotonic()
-        _, search, sentences = checked(body, [body.src])
-        if not sentences[0].ids:
-            raise RequestError("src is blank: send a sentence to translate")
-        ask = (sentences[0], search, body.step, body.layer, body.source, body.head)
-        if engine.backend != "torch":
-            engine.what_if(*ask)  # says what to do instead
-        loop = asyncio.get_running_loop()
-        job = Job(sentences, search, loop.create_future(), loop)
-        job.work = lambda: engine.what_if(*ask)
-        found = await answered(request, job, started)
-        return {**found, "time_s": round(time.monotonic() - started, 4)}
+        asked, sentence, search = one_sentence(body)
+        ask = (sentence, search, body.step, body.layer, body.source, body.head)
+        work = lambda stop: asked.what_if(*ask)  # noqa: E731  (greedy: too short to stop)
+        return await alone(request, started, asked, sentence, search, work)
 
     @app.post("/attention", summary="The output and its attention", dependencies=guarded)
     async def attention(body: AttentionRequest, request: Request) -> Any:  # type: ignore[valid-type]
         started = time.monotonic()
-        _, search, sentences = checked(body, [body.src])
-        if not sentences[0].ids:
-            raise RequestError("src is blank: send a sentence to translate")
-        asked = engine_of(body)
-        if asked.backend != "torch":
-            asked.attention(sentences[0], search)  # says what to do instead
-        loop = asyncio.get_running_loop()
-        job = Job(sentences, search, loop.create_future(), loop)
-        job.work = lambda: asked.attention(sentences[0], search, stop=job.expired)
-        found = await answered(request, job, started)
-        return {**found, "time_s": round(time.monotonic() - started, 4)}
+        asked, sentence, search = one_sentence(body)
+        work = lambda stop: asked.attention(sentence, search, stop=stop)  # noqa: E731
+        return await alone(request, started, asked, sentence, search, work)
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     async def page() -> HTMLResponse:
