@@ -9,20 +9,34 @@ the words they belong to: "i-j" is source word i aligned to target word j, from 
 fast_align, GIZA++ and Moses read). Without --ref the target is the model's own greedy output.
 
 The alignment error rate (Och and Ney, 2003) of links A against gold sure links S and possible
-ones P (S within P) is 1 - (|A & S| + |A & P|) / (|A| + |S|). The generated symbol tasks know
-their gold alignment (copy: word i to i; reverse: i to n-1-i; sort: each symbol to the place
-it sorts to, ties possible), so every layer's and head's AER is measured on them.
+ones P (S within P) is 1 - (|A & S| + |A & P|) / (|A| + |S|). The generated tasks know their
+gold alignment (and --gold FILE gives one for any pairs), so every layer's and head's AER is
+measured on their pairs (the reference
+forced as the target): the symbol tasks link words (copy: word i to i; reverse: i to n-1-i;
+sort: each symbol to the place it sorts to, ties possible); the dates link the fields of a
+date's two writings, whatever their characters or order ("Dienstag, 3. März 2026" ->
+"2026-03-03": the day's "3" to "03", "März" to the month's "03", "2026" to "2026"; the weekday
+to nothing), the fields read from the Babel pattern each side was written with.
 """
 
 from __future__ import annotations
 
+import datetime
+import re
+from collections.abc import Callable
 from typing import Any
 
 from seq2seq.inference import Engine
 
-__all__ = ["aer", "alignment_error_rates", "gold", "links", "word_of"]
+__all__ = [
+    "DateGold", "aer", "alignment_error_rates", "date_fields", "gold", "gold_of", "links",
+    "read_gold", "symbol_gold", "token_units", "word_of",
+]  # fmt: skip
 
 Links = set[tuple[int, int]]
+Spans = list[tuple[int, int]]  # a unit's characters, start and end, one a unit
+# A pair's gold: its source's units, its target's, the sure links and the possible ones.
+Gold = tuple[Spans, Spans, Links, Links]
 
 
 def word_of(texts: list[str], joined: bool) -> list[int | None]:
@@ -81,6 +95,166 @@ def gold(task: str, source: list[str]) -> tuple[Links, Links]:
     )
 
 
+def _word_spans(text: str) -> Spans:
+    return [(m.start(), m.end()) for m in re.finditer(r"\S+", text)]
+
+
+def symbol_gold(task: str) -> Callable[[str, str], Gold | None]:
+    """A symbol task's gold on the words of a pair (None where the reference is not its
+    source's answer word for word)."""
+
+    def pair_gold(source: str, reference: str) -> Gold | None:
+        words = source.split()
+        if len(reference.split()) != len(words):
+            return None
+        return _word_spans(source), _word_spans(reference), *gold(task, words)
+
+    return pair_gold
+
+
+FIELD_KINDS = {"d": "day", "M": "month", "L": "month", "y": "year", "Y": "year", "u": "year",
+               "E": "weekday", "e": "weekday", "c": "weekday", "G": "era"}  # fmt: skip
+
+
+def date_fields(
+    date: datetime.date, locale: str, form: str
+) -> tuple[str, list[tuple[str, int, int]]]:
+    """The date as corpora.date_text writes it, with each field's kind and character span,
+    read from the Babel pattern of the locale's form (or the CLDR pattern form is)."""
+    from babel.dates import DateTimeFormat, get_date_format, tokenize_pattern
+
+    if locale == "iso":
+        locale, pattern = "en", "yyyy-MM-dd"
+    elif form in ("full", "long", "medium", "short"):
+        pattern = get_date_format(form, locale=locale).pattern
+    else:
+        pattern = form
+    values = DateTimeFormat(date, locale)
+    text, fields = "", []
+    for kind, value in tokenize_pattern(pattern):
+        if kind == "field":
+            letter, count = value
+            piece = values[letter * count]
+            fields.append((FIELD_KINDS.get(letter, letter), len(text), len(text) + len(piece)))
+        else:
+            piece = value
+        text += piece
+    return text, fields
+
+
+class DateGold:
+    """The dates task's gold: each field of the source (day, month, year, weekday) linked to the
+    target's field of its kind. Its arguments are the Dates corpus's (a run's data.corpus)."""
+
+    def __init__(
+        self, src_locale: str = "de_DE", src_forms: Any = ("full", "long", "medium"),
+        tgt_locale: str = "iso", tgt_form: str = "long", start: str = "1900-01-01",
+        end: str = "2099-12-31", **_: Any,
+    ) -> None:  # fmt: skip
+        self.src_locale, self.src_forms = src_locale, tuple(src_forms)
+        self.tgt_locale, self.tgt_form = tgt_locale, tgt_form
+        self.start, self.end = start, end
+        self._dates: dict[str, datetime.date | None] | None = None
+
+    def date_of(self, reference: str) -> datetime.date | None:
+        if self.tgt_locale == "iso":
+            try:
+                return datetime.date.fromisoformat(reference.strip())
+            except ValueError:
+                return None
+        if self._dates is None:  # every date of the corpus's range as the target writes it
+            first = datetime.date.fromisoformat(self.start)
+            days = (datetime.date.fromisoformat(self.end) - first).days + 1
+            self._dates = {}
+            for n in range(days):
+                date = first + datetime.timedelta(days=n)
+                text = date_fields(date, self.tgt_locale, self.tgt_form)[0]
+                self._dates[text] = None if text in self._dates else date  # None: ambiguous
+        return self._dates.get(reference.strip())
+
+    def __call__(self, source: str, reference: str) -> Gold | None:
+        date = self.date_of(reference)
+        if date is None:
+            return None
+        target, tgt_fields = date_fields(date, self.tgt_locale, self.tgt_form)
+        written = (date_fields(date, self.src_locale, form) for form in self.src_forms)
+        src_fields = next((fields for text, fields in written if text == source), None)
+        if src_fields is None or target != reference:
+            return None
+        sure = {(i, j) for i, (a, *_) in enumerate(src_fields)
+                for j, (b, *_) in enumerate(tgt_fields) if a == b}  # fmt: skip
+        return [f[1:] for f in src_fields], [f[1:] for f in tgt_fields], sure, set()
+
+
+def gold_of(corpus: dict[str, Any]) -> tuple[str, Callable[[str, str], Gold | None]] | None:
+    """The gold of a run's corpus (its data.corpus config), named, if its construction knows
+    one: the symbol tasks and the dates."""
+    task = corpus.get("task")
+    if task in ("copy", "reverse", "sort"):
+        return task, symbol_gold(task)
+    if str(corpus.get("_target_", "")).rsplit(".", 1)[-1] == "Dates":
+        return "dates", DateGold(**{k: v for k, v in corpus.items() if k != "_target_"})
+    return None
+
+
+def read_gold(path: str, sources: list[str], references: list[str]) -> list[Gold | None]:
+    """A gold file's alignments of the pairs, a line a pair: "i-j" a sure link of source word
+    i to target word j (from 0, words split at spaces), "i?j" a possible one (the format of
+    the Hansards and Europarl gold sets once converted; an empty line: no link)."""
+    from seq2seq.score import read_lines
+
+    lines = read_lines(path)
+    if len(lines) != len(sources):
+        raise ValueError(
+            f"--gold {path} has {len(lines)} lines for {len(sources)} pairs: give one a pair"
+        )
+    golds: list[Gold | None] = []
+    for number, (line, source, reference) in enumerate(
+        zip(lines, sources, references, strict=True), 1
+    ):
+        src_units, tgt_units = _word_spans(source), _word_spans(reference)
+        sure: Links = set()
+        possible: Links = set()
+        for link in line.split():
+            match = re.fullmatch(r"(\d+)([-?])(\d+)", link)
+            if match is None:
+                raise ValueError(
+                    f"--gold {path} line {number}: {link!r} is not a link; write i-j (sure) "
+                    "or i?j (possible), word numbers from 0"
+                )
+            i, j = int(match[1]), int(match[3])
+            if i >= len(src_units) or j >= len(tgt_units):
+                raise ValueError(
+                    f"--gold {path} line {number}: {link!r} names a word past the pair's "
+                    f"{len(src_units)} source and {len(tgt_units)} target words"
+                )
+            (sure if match[2] == "-" else possible).add((i, j))
+        golds.append((src_units, tgt_units, sure, possible))
+    return golds
+
+
+def token_units(texts: list[str], text: str, units: Spans) -> list[int | None] | None:
+    """The unit each token falls in (None: in none, e.g. a separator), by the token's first
+    character that is not a space. texts: the tokens' own texts, which make the text
+    (characters, byte-level BPE) or are its words (word and symbol vocabularies); None if
+    they do neither."""
+    if "".join(texts) == text:
+        starts, at = [], 0
+        for piece in texts:
+            starts.append(at + len(piece) - len(piece.lstrip()) if piece.strip() else None)
+            at += len(piece)
+    elif [t.strip() for t in texts] == text.split():
+        starts = [start for start, _ in _word_spans(text)]
+    else:
+        return None
+    return [
+        None
+        if start is None
+        else next((u for u, (a, b) in enumerate(units) if a <= start < b), None)
+        for start in starts
+    ]
+
+
 def _words(engine: Engine, vocab: Any, ids: list[int]) -> list[int | None]:
     texts = [vocab.decode([i]) for i in ids]
     return word_of(texts, "".join(texts) == vocab.decode(ids))
@@ -118,31 +292,37 @@ def pharaoh(engine: Engine, source: str, target: str | None, layer: int, head: i
     return " ".join(f"{i}-{j}" for i, j in sorted(links(weights, src_words, tgt_words)))
 
 
-def alignment_error_rates(engine: Engine, sources: list[str], task: str) -> dict[str, Any]:
+def alignment_error_rates(
+    engine: Engine, sources: list[str], references: list[str], task: str,
+    golds: list[Gold | None],
+) -> dict[str, Any]:  # fmt: skip
     """Every cross-attention layer's and head's AER (and each layer's mean of heads) over the
-    sources, against the task's gold alignment, aligning the model's own outputs where they
-    are the task's answer (elsewhere the gold's target words are not the output's)."""
+    pairs, the reference forced as the target, against each pair's gold (pairs without one,
+    None, are left out and counted)."""
     totals: dict[tuple[int, int | None], list[float]] = {}
     used = 0
-    for source in sources:
-        if not source.strip():
+    for source, reference, known in zip(sources, references, golds, strict=True):
+        if known is None or not source.strip() or not reference.strip():
             continue
-        src, tgt, maps = align(engine, source)
-        words = source.split()
-        sure, possible = gold(task, words)
-        if len(tgt) != len(words) or not src:
-            continue  # a wrong output's words are not the gold's
+        src_spans, tgt_spans, sure, possible = known
+        src, tgt, maps = align(engine, source, reference)
+        vocabs = engine.model.src_vocab, engine.model.tgt_vocab
+        src_units = token_units([vocabs[0].decode([i]) for i in src], source, src_spans)
+        tgt_units = token_units([vocabs[1].decode([i]) for i in tgt], reference, tgt_spans)
+        if src_units is None or tgt_units is None:
+            continue  # tokens (an unknown one) that do not spell the text
         used += 1
-        src_words = _words(engine, engine.model.src_vocab, src)
-        tgt_words = _words(engine, engine.model.tgt_vocab, tgt)
         for layer, weights in enumerate(maps["cross"]):
             for head in [*range(weights.size(0)), None]:
                 w = weights.mean(0) if head is None else weights[head]
-                rate = aer(links(w, src_words, tgt_words), sure, possible)
+                rate = aer(links(w, src_units, tgt_units), sure, possible)
                 totals.setdefault((layer, head), []).append(rate)
     rates = [
         {"layer": layer, "head": head, "aer": sum(v) / len(v)}
-        for (layer, head), v in sorted(totals.items(), key=lambda kv: (kv[0][0], kv[0][1] or -1))
+        for (layer, head), v in sorted(
+            totals.items(), key=lambda kv: (kv[0][0], -1 if kv[0][1] is None else kv[0][1])
+        )
     ]
     best = min(rates, key=lambda r: r["aer"]) if rates else None
-    return {"task": task, "sentences": used, "rates": rates, "best": best}
+    return {"task": task, "sentences": used, "left_out": len(sources) - used, "rates": rates,
+            "best": best}  # fmt: skip

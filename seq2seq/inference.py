@@ -22,6 +22,7 @@ import contextlib
 import hashlib
 import json
 import math
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field, make_dataclass, replace
 from pathlib import Path
@@ -1019,6 +1020,11 @@ class RunHistory:
         self.default = tested.name if ran_test else kept[-1][1].name  # else the last
         self.device, self.keep = device, keep
         self._engines: collections.OrderedDict[str, Engine] = collections.OrderedDict()
+        self._lock = threading.Lock()  # the server loads in a thread, and looks up on its loop
+
+    def holds(self, name: str) -> bool:
+        """Whether checkpoint `name` is in memory now."""
+        return name in self._engines
 
     def engine(self, name: str | None = None) -> Engine:
         """The Engine of checkpoint `name` (default: the run's tested checkpoint, else the
@@ -1028,12 +1034,17 @@ class RunHistory:
             raise RequestError(
                 f"checkpoint {name!r} is not one of this run's: {', '.join(self.paths)}"
             )
-        if name not in self._engines:
-            self._engines[name] = Engine(str(self.paths[name]), device=self.device)
+        with self._lock:  # held for lookups only: a load never holds up the event loop
+            if name in self._engines:
+                self._engines.move_to_end(name)
+                return self._engines[name]
+        engine = Engine(str(self.paths[name]), device=self.device)
+        with self._lock:  # two loads of one checkpoint at once: the first kept
+            engine = self._engines.setdefault(name, engine)
+            self._engines.move_to_end(name)
             while len(self._engines) > self.keep:
                 self._engines.popitem(last=False)
-        self._engines.move_to_end(name)
-        return self._engines[name]
+            return engine
 
 
 def _tested_path(run: Path) -> Path | None:

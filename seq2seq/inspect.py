@@ -214,11 +214,19 @@ def plot_over_run(
     return 0
 
 
+def aligning(rate: dict) -> str:
+    """One layer's (or head's) AER, as --align --gold and --heads print it."""
+    which = "mean of its heads" if rate["head"] is None else f"head {rate['head']}"
+    return f"cross-attention layer {rate['layer']}, {which}: AER {rate['aer']:.3f}"
+
+
 def print_alignments(
-    path: str, sources: str, references: str | None, layer: int | None, head: int | None
-) -> int:
-    """--align: a line of Pharaoh links a sentence (an empty line for an empty one)."""
-    from seq2seq.align import pharaoh
+    path: str, sources: str, references: str | None, layer: int | None, head: int | None,
+    gold: str | None = None,
+) -> int:  # fmt: skip
+    """--align: a line of Pharaoh links a sentence (an empty line for an empty one); with
+    --gold, every layer's and head's AER against it instead."""
+    from seq2seq.align import alignment_error_rates, pharaoh, read_gold
     from seq2seq.inference import Engine
     from seq2seq.score import read_lines
 
@@ -234,6 +242,14 @@ def print_alignments(
         raise ValueError(
             f"--ref has {len(targets)} lines for {len(texts)} sentences: give one a line"
         )
+    if gold is not None:
+        golds = read_gold(gold, texts, targets)
+        found = alignment_error_rates(engine, texts, targets, Path(gold).name, golds)
+        for rate in found["rates"]:
+            print(aligning(rate))
+        if found["best"] is not None:
+            print(f"aligns best ({found['sentences']} pairs): {aligning(found['best'])}")
+        return 0
     lines = [pharaoh(engine, t, r, layer, head) if t.strip() else ""
              for t, r in zip(texts, targets, strict=True)]  # fmt: skip
     print("\n".join(lines))
@@ -241,9 +257,11 @@ def print_alignments(
 
 
 def write_atlas(
-    path: str, src: str | None, ref: str | None, limit: int, out: str | None, split: str = "test"
-) -> int:
+    path: str, src: str | None, ref: str | None, limit: int, out: str | None,
+    split: str = "test", gold: str | None = None,
+) -> int:  # fmt: skip
     """--heads: the atlas of path's heads, as heads.json and heads.png."""
+    from seq2seq.align import alignment_error_rates, gold_of, read_gold
     from seq2seq.heads import atlas, heads_figure
     from seq2seq.inference import Engine
     from seq2seq.run_dir import RunDir
@@ -262,11 +280,15 @@ def write_atlas(
     engine = Engine(path)
     found = atlas(engine, sources, references)
     saved = run_record(load_checkpoint(path, mmap=True))["run_config"] or {}
-    task = ((saved.get("data") or {}).get("corpus") or {}).get("task")
-    if task in ("copy", "reverse", "sort"):  # a task that knows its gold alignment
-        from seq2seq.align import alignment_error_rates
-
-        found["alignment"] = alignment_error_rates(engine, sources, task)
+    known = gold_of((saved.get("data") or {}).get("corpus") or {})
+    if gold is not None:
+        task = Path(gold).name
+        golds = read_gold(gold, sources, references)
+    elif known is not None:  # a task whose construction knows its gold alignment
+        task = known[0]
+        golds = [known[1](s, r) for s, r in zip(sources, references, strict=True)]
+    if gold is not None or known is not None:
+        found["alignment"] = alignment_error_rates(engine, sources, references, task, golds)
     directory = Path(out) if out else (run.path if run is not None else Path("."))
     directory.mkdir(parents=True, exist_ok=True)
     with written_whole(directory / "heads.json") as temporary:
@@ -277,10 +299,7 @@ def write_atlas(
     rows = sorted(found["heads"], key=lambda r: r["importance"])
     halves = next((c for c in found["pruning"] if c["removed"] >= len(rows) // 2), None)
     if "alignment" in found and found["alignment"]["best"]:
-        best = found["alignment"]["best"]
-        head = "mean" if best["head"] is None else f"head {best['head']}"
-        print(f"aligns best ({task}'s gold): cross-attention layer {best['layer']}, {head}: "
-              f"AER {best['aer']:.3f}")  # fmt: skip
+        print(f"aligns best ({task}'s gold): {aligning(found['alignment']['best'])}")
     print(f"wrote {directory / 'heads.json'} and heads.png: {len(rows)} heads, "
           f"{found['seconds']:.0f} s; least important {rows[0]['kind']}:{rows[0]['layer']}:"
           f"{rows[0]['head']}, most {rows[-1]['kind']}:{rows[-1]['layer']}:{rows[-1]['head']}"
@@ -327,6 +346,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "(none: the mean of the layer's)")  # fmt: skip
     parser.add_argument("--src", help="--heads: a file of sources, one a line")
     parser.add_argument("--ref", help="--heads, --align: references (targets), one a line")
+    parser.add_argument(
+        "--gold", metavar="FILE",
+        help="--align with --ref, --heads: gold alignments of the pairs (i-j sure, i?j possible, "
+        "a line a pair): every layer's and head's AER against them",
+    )  # fmt: skip
     parser.add_argument("--limit", type=int, default=500, help="--heads: pairs used, at most")
     parser.add_argument(
         "--split", choices=["test", "validation"], default="test",
@@ -348,6 +372,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--limit must be at least 1, got {args.limit}")
     if args.over_run and args.attention is None:
         parser.error('--over-run draws the attention of a sentence: add --attention "TEXT"')
+    if args.gold is not None and (args.ref is None or not (args.align or args.heads)):
+        parser.error("--gold scores alignments of given pairs: add --align FILE --ref REFS "
+                     "(or --heads --src FILE --ref REFS)")  # fmt: skip
     if args.grid is not None and args.attention is None:
         parser.error('--grid draws the attention of a sentence: add --attention "TEXT"')
 
@@ -360,10 +387,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"training curves: {out}")
         elif args.align is not None:
             return print_alignments(args.checkpoints[0], args.align, args.ref, args.layer,
-                                    args.head)  # fmt: skip
+                                    args.head, args.gold)  # fmt: skip
         elif args.heads:
             return write_atlas(args.checkpoints[0], args.src, args.ref, args.limit, args.out,
-                               args.split)  # fmt: skip
+                               args.split, args.gold)  # fmt: skip
         elif args.over_run:
             return plot_over_run(args.checkpoints[0], args.attention, args.out or "over_run.png",
                                  args.kind, args.layer, args.head)  # fmt: skip

@@ -292,8 +292,11 @@ def tool_commands() -> list[str]:
 def with_files(command: str, run: Path, where: Path) -> tuple[str, list[str], str | None]:
     """(tool, arguments, standard input) of a tool command, its placeholders given the run's
     files: <best.ckpt>/CKPT/a.ckpt the best checkpoint, b.ckpt/c.ckpt others, RUN the run,
-    HYP/REF its test texts, DIR a new directory; sources.txt a file of inputs."""
+    HYP/REF its test texts, DIR a new directory; sources.txt a file of inputs, refs.txt their
+    targets, gold.txt their word alignments."""
     (where / "sources.txt").write_text("3 1 4 1 5\n2 7\n", encoding="utf-8")
+    (where / "refs.txt").write_text("3 1 4 1 5\n2 7\n", encoding="utf-8")
+    (where / "gold.txt").write_text("0-0 1-1 2-2 3-3 4-4\n0-0 1?1\n", encoding="utf-8")
     best = str(next((run / "checkpoints").glob("epoch*.ckpt")))
     recent = sorted(str(p) for p in (run / "checkpoints").glob("recent-*.ckpt"))
     names = {"<best.ckpt>": best, "CKPT": best, "a.ckpt": best, "b.ckpt": recent[0],

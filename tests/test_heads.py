@@ -368,22 +368,73 @@ def test_links_merge_subwords_into_words_and_aer_is_och_and_neys() -> None:
                                                                    (2, 2), (1, 0)})  # fmt: skip
 
 
+def test_the_dates_gold_links_each_field_to_its_own_whatever_its_writing() -> None:
+    """The gold of the dates task reads the fields from the pattern each side was written
+    with: every form gives back the corpus's own text, and day, month and year link across
+    orders and spellings, the weekday to nothing; attention on the right field scores AER 0,
+    day and month swapped (the medium form's "03.04.") scores 1 on them."""
+    import datetime
+
+    from seq2seq.align import DateGold, aer, date_fields, gold_of, links, token_units
+    from seq2seq.data.corpora import date_text
+
+    day = datetime.date(2026, 3, 4)
+    assert date_fields(day, "de_DE", "full") == (
+        "Mittwoch, 4. März 2026", [("weekday", 0, 8), ("day", 10, 11), ("month", 13, 17),
+                                   ("year", 18, 22)])  # fmt: skip
+    for locale, form in [("de_DE", "full"), ("de_DE", "medium"), ("de_DE", "short"),
+                         ("en_US", "long"), ("fr_FR", "full"), ("de_DE", "d. MMMM y"),
+                         ("iso", "long")]:  # fmt: skip
+        assert date_fields(day, locale, form)[0] == date_text(day, locale, form)
+    name, dates = gold_of({"_target_": "seq2seq.data.corpora.Dates", "src_locale": "de_DE",
+                           "src_forms": ["full", "medium"], "tgt_locale": "iso"})  # fmt: skip
+    assert name == "dates" and isinstance(dates, DateGold)
+    src_units, tgt_units, sure, possible = dates("Mittwoch, 4. März 2026", "2026-03-04")
+    assert sure == {(1, 2), (2, 1), (3, 0)} and possible == set()  # weekday (0): no link
+    assert dates("04.03.2026", "2026-03-04")[2] == {(0, 2), (1, 1), (2, 0)}
+    assert dates("04.03.2026", "2026-04-03") is None  # not the reference's date
+    assert dates("4. März 2026", "2026-03-04") is None  # a form the corpus does not draw
+    english = DateGold(src_forms=["long"], tgt_locale="en_US", start="2026-01-01", end="2026-12-31")
+    assert english("4. März 2026", "March 4, 2026")[2] == {(0, 1), (1, 0), (2, 2)}
+    # characters: each token in its field, the separators in none
+    src, tgt = "04.03.2026", "2026-03-04"
+    src_units, tgt_units, sure, possible = dates(src, tgt)
+    src_of, tgt_of = token_units(list(src), src, src_units), token_units(list(tgt), tgt, tgt_units)
+    assert src_of == [0, 0, None, 1, 1, None, 2, 2, 2, 2]
+    assert tgt_of == [0, 0, 0, 0, None, 1, 1, None, 2, 2]
+    field_of = {j: i for i, j in sure}  # the target field's source field
+    on_field, swapped = torch.zeros(len(tgt), len(src)), torch.zeros(len(tgt), len(src))
+    for t, j in enumerate(tgt_of):
+        field = field_of[j] if j is not None else 0  # a separator: weighs the first token
+        on_field[t, src_of.index(field)] = 1
+        swapped[t, src_of.index({0: 1, 1: 0, 2: 2}[field])] = 1  # day and month swapped
+    assert aer(links(on_field, src_of, tgt_of), sure, possible) == 0.0
+    assert links(swapped, src_of, tgt_of) == {(2, 0), (0, 1), (1, 2)}
+    assert aer(links(swapped, src_of, tgt_of), sure, possible) == pytest.approx(1 - 2 / 6)
+    # byte-level BPE: a token is in the unit of its first character after its space
+    assert token_units(["Le", " ch", "at"], "Le chat", [(0, 2), (3, 7)]) == [0, 1, 1]
+    # word vocabularies: a token a word
+    assert token_units(["3", "1", "4"], "3 1 4", [(0, 1), (2, 3), (4, 5)]) == [0, 1, 2]
+    assert token_units(["3", "<unk>"], "3 1", [(0, 1), (2, 3)]) is None
+
+
 def test_a_trained_copy_model_aligns_the_diagonal_and_an_untrained_one_does_not(trained):
     """AER against the copy task's gold (word i to i): the trained model's best cross-attention
-    head is below 0.3 (measured: 0.004, layer 0 head 3, on the 36 of 40 sentences it copies
-    right; a model that copies must read each word as it writes it); the same network with
+    head is below 0.3 (measured: 0.004, layer 0 head 3, the references forced as targets; a
+    model that copies must read each word as it writes it); the same network with
     fresh random weights, aligning the sources' own text forced as its output, is above 0.5
     in every layer (measured 0.67 and 0.81; chance, a link a word drawn evenly, averages
     1 - mean(1/n) = 0.63 over 2-7 words)."""
     import random
 
-    from seq2seq.align import aer, alignment_error_rates, gold, links
+    from seq2seq.align import aer, alignment_error_rates, gold, links, symbol_gold
     from seq2seq.inference import Engine
 
     engine = Engine(trained[0]["best_checkpoint"])
     texts = [" ".join(random.Random(i).choices("0123456789", k=2 + i % 6)) for i in range(40)]
-    found = alignment_error_rates(engine, texts, "copy")
-    assert found["sentences"] >= 36 and found["best"]["aer"] < 0.3, found["best"]
+    golds = [symbol_gold("copy")(text, text) for text in texts]
+    found = alignment_error_rates(engine, texts, texts, "copy", golds)
+    assert found["sentences"] == 40 and found["best"]["aer"] < 0.3, found["best"]
     net = engine.model.module.model
     torch.manual_seed(3)
     net.apply(lambda m: m.reset_parameters() if hasattr(m, "reset_parameters") else None)
@@ -422,6 +473,28 @@ def test_inspect_prints_pharaoh_links_and_the_atlas_names_the_layer_that_aligns(
     assert "aligns best (copy's gold): cross-attention layer" in capsys.readouterr().out
     written = json.loads((tmp_path / "heads.json").read_text(encoding="utf-8"))
     assert written["alignment"]["best"]["aer"] < 0.3
+    # a gold file (i-j sure, i?j possible) saying what the copy task's gold says scores the same
+    (tmp_path / "gold.txt").write_text("0-0 1-1 2?2 2-2\n\n0-0 1-1 2-2 3-3\n", encoding="utf-8")
+    gold = ["--gold", str(tmp_path / "gold.txt")]
+    assert inspect_cli.main([ckpt, "--heads", *files, *gold, "--out", str(tmp_path / "g")]) == 0
+    from_file = json.loads((tmp_path / "g" / "heads.json").read_text(encoding="utf-8"))
+    assert from_file["alignment"]["rates"] == written["alignment"]["rates"]
+    assert from_file["alignment"]["task"] == "gold.txt"
+    capsys.readouterr()
+    align = [ckpt, "--align", str(tmp_path / "src.txt"), "--ref", str(tmp_path / "src.txt")]
+    assert inspect_cli.main([*align, *gold]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    best = written["alignment"]["best"]
+    assert printed[-1].startswith(f"aligns best (2 pairs): cross-attention layer {best['layer']}")
+    assert printed[-1].endswith(f"AER {best['aer']:.3f}")
+    (tmp_path / "bad.txt").write_text("0-0\n\n0:1\n", encoding="utf-8")
+    assert inspect_cli.main([*align, "--gold", str(tmp_path / "bad.txt")]) == 1
+    assert "line 3: '0:1' is not a link; write i-j (sure) or i?j" in capsys.readouterr().err
+    (tmp_path / "bad.txt").write_text("0-0\n\n0-4\n", encoding="utf-8")
+    assert inspect_cli.main([*align, "--gold", str(tmp_path / "bad.txt")]) == 1
+    assert "line 3: '0-4' names a word past the pair's 4 source and 4 target" in (
+        capsys.readouterr().err
+    )
 
 
 def test_heads_answers_the_atlas_of_this_checkpoint_or_says_how_to_make_it(trained, tmp_path):
@@ -456,6 +529,49 @@ def test_inspect_draws_a_sentences_attention_at_every_checkpoint_of_a_run(traine
     assert inspect_cli.main(args) == 0
     assert out.read_bytes()[:4] == b"\x89PNG"
     assert inspect_cli.main([str(run.path / "checkpoints"), "--attention", "3", "--over-run"]) == 1
+
+
+def test_loading_a_runs_checkpoint_holds_up_no_other_request(trained, tmp_path, monkeypatch):
+    """A checkpoint of a served run loads in a thread: while one loads (slowed here until the
+    test lets it finish), /info answers; the load then ends and its translation is the
+    checkpoint's own."""
+    import shutil
+    import threading
+
+    from fastapi.testclient import TestClient
+
+    from seq2seq import inference
+    from seq2seq.serve.app import create_app
+
+    checkpoints = tmp_path / "run" / "checkpoints"
+    checkpoints.mkdir(parents=True)
+    shutil.copy(trained[0]["best_checkpoint"], checkpoints / "epoch005-step000500.ckpt")
+    shutil.copy(trained[0]["best_checkpoint"], checkpoints / "recent-step000100.ckpt")
+    history = inference.RunHistory(tmp_path / "run")
+    engine = history.engine()
+    loading, answered = threading.Event(), threading.Event()
+
+    class SlowEngine(inference.Engine):
+        def __init__(self, *args, **kwargs) -> None:
+            loading.set()
+            assert answered.wait(60), "/info did not answer while a checkpoint loaded"
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(inference, "Engine", SlowEngine)
+    found = {}
+    with TestClient(create_app(engine, history=history)) as client:
+        body = {"src": "3 1 4", "checkpoint": "recent-step000100.ckpt"}
+        slow = threading.Thread(
+            target=lambda: found.update(client.post("/translate", json=body).json())
+        )
+        slow.start()
+        assert loading.wait(60)
+        assert client.get("/info").status_code == 200  # the event loop is not held up
+        answered.set()
+        slow.join(60)
+        tested = client.post("/translate", json={"src": "3 1 4"}).json()
+    assert found["tgt"] == tested["tgt"]  # the same weights under another name
+    assert history.holds("recent-step000100.ckpt")
 
 
 def test_a_served_run_answers_from_the_checkpoint_the_slider_names(trained, tmp_path) -> None:
