@@ -24,7 +24,8 @@ from typing import Any
 import torch
 
 from seq2seq.checkpoint import CheckpointError, carry_run_record, load_checkpoint
-from seq2seq.cli import ArgumentParser, run_tool, written_whole
+from seq2seq.cli import ArgumentParser, run_tool
+from seq2seq.files import written_whole
 from seq2seq.run_dir import RunDir
 
 log = logging.getLogger("train")  # average_last_validations reports in the run's log

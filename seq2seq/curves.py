@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from seq2seq import metric_names as names
-from seq2seq.cli import written_whole
+from seq2seq.files import written_whole
 from seq2seq.run_dir import RunDir
 
 TIME = names.TIME  # training time at each logged step (Seq2SeqModule.training_step)

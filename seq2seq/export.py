@@ -28,9 +28,10 @@ import torch
 
 from seq2seq import __version__
 from seq2seq.checkpoint import load_module
-from seq2seq.cli import ArgumentParser, run_tool, written_whole
+from seq2seq.cli import ArgumentParser, run_tool
 from seq2seq.core.model import GATED, GatedFeedForward, NoPositions, SinusoidalPositions
 from seq2seq.data.tokenizer import save_tokenizer
+from seq2seq.files import written_whole
 
 __all__ = [
     "EXPORT_FILE",

@@ -30,9 +30,10 @@ from seq2seq.checkpoint import (
     trained_model,
 )
 from seq2seq.checks import flatten
-from seq2seq.cli import ArgumentParser, run_tool, written_whole
+from seq2seq.cli import ArgumentParser, run_tool
 from seq2seq.curves import save_figure, write_curves
 from seq2seq.data.tokenizer import clean
+from seq2seq.files import written_whole
 
 # Not the standard library's `inspect`: run as `python -m seq2seq.inspect`.
 

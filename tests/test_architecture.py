@@ -18,7 +18,7 @@ PACKAGE = ROOT / "seq2seq"
 SHELL = set(TRAINING_SHELL)
 # What translate, inspect, export, average and score need to read a checkpoint and use it.
 TOOLS = ["translate", "inspect", "export", "exported", "average", "score", "checkpoint", "hparams",
-         "cli", "curves", "plots", "run_dir", "metric_names", "data.tokenizer", "serve",
+         "cli", "files", "curves", "plots", "run_dir", "metric_names", "data.tokenizer", "serve",
          "serve.cli", "serve.app", "inference", "serve.batcher"]  # fmt: skip
 # What the core may import from outside itself: torch and a few of Python's own modules
 # (difflib: seq2seq.checks.nearest, on an error).
@@ -128,6 +128,16 @@ def test_the_web_framework_is_imported_by_the_serve_tool_alone() -> None:
     for name in MODULES:
         outside = {m.split(".")[0] for m in imports(name)} & {"fastapi", "uvicorn", "starlette"}
         assert not outside or name.startswith("seq2seq.serve"), f"{name} imports {outside}"
+
+
+def test_only_the_command_line_tools_import_cli() -> None:
+    """seq2seq.cli is how a tool meets its command line (one-line errors, exit codes, SIGTERM);
+    data, training and the library never need it (files have their home in seq2seq.files)."""
+    tools = {"seq2seq.translate", "seq2seq.inspect", "seq2seq.export", "seq2seq.average",
+             "seq2seq.score", "seq2seq.serve.cli"}  # fmt: skip
+    importers = {name for name, imported in GRAPH.items() if "seq2seq.cli" in imported}
+    assert importers <= tools, f"{sorted(importers - tools)} import seq2seq.cli"
+    assert importers, "the graph found no importer of seq2seq.cli at all"
 
 
 def test_nothing_in_the_package_imports_the_training_shell_but_itself() -> None:

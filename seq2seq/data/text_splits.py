@@ -120,7 +120,7 @@ class TextSplits:
         log.log(level, message)
 
     def save(self, path: Path) -> None:
-        from seq2seq.cli import written_whole  # the project's one way to replace a file whole
+        from seq2seq.files import written_whole  # the project's one way to replace a file whole
 
         arrays = {split: rows for split, (_, rows) in self.rows.items()}
         meta = {"version": VERSION, "from": {s: src for s, (src, _) in self.rows.items()},

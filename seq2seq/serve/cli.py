@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from seq2seq.cli import ArgumentParser, describe
+from seq2seq.cli import ArgumentParser, error_line
 
 TOKEN_VARIABLE = "SEQ2SEQ_SERVE_TOKEN"
 
@@ -114,7 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, OSError) as error:
         if args.debug:
             raise
-        print(f"error: {describe(error)}", file=sys.stderr)
+        print(f"error: {error_line(error)}", file=sys.stderr)
         return 1
     host, port = sock.getsockname()[:2]
     what = args.ckpt or args.model

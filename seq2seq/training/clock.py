@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from seq2seq.cli import written_whole
+from seq2seq.files import written_whole
 from seq2seq.run_dir import RunDir
 
 __all__ = ["VERSION", "ClockRecord", "read_record"]

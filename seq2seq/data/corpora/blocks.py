@@ -129,7 +129,7 @@ class LineBlocks:
             starts.append([offsets for offsets, _ in indexed])
             lines.append(counts[0])
             headers.append(header)
-        from seq2seq.cli import written_whole  # the project's one way to replace a file whole
+        from seq2seq.files import written_whole  # the project's one way to replace a file whole
 
         arrays = {f"{g}-{i}": a for g, group in enumerate(starts) for i, a in enumerate(group)}
         meta = {"n": [len(group) for group in starts], "lines": lines, "headers": headers}
