@@ -107,10 +107,11 @@ def clocked_budget(seconds: float, clock: dict[str, float]):
     from types import SimpleNamespace
 
     from seq2seq.training.callbacks import TimeBudget
+    from seq2seq.training.lightning_fields import LightningTimer
 
     budget = TimeBudget()
-    budget._budget = seconds
-    budget._timer = SimpleNamespace(time_elapsed=lambda stage: clock["elapsed"])
+    timer = SimpleNamespace(time_elapsed=lambda stage: clock["elapsed"], _duration=seconds)
+    budget.start(LightningTimer(timer))
     return budget
 
 

@@ -264,7 +264,7 @@ def test_command_line_overrides_select_task_model_and_device(
 
 
 def test_learning_rate_schedules_are_continuous_and_lazy() -> None:
-    from seq2seq.training.optim import lr_lambda
+    from seq2seq.training.optim import by_steps, lr_lambda
 
     asked = []
 
@@ -272,15 +272,17 @@ def test_learning_rate_schedules_are_continuous_and_lazy() -> None:
         asked.append(True)
         return 110
 
-    cosine = lr_lambda("cosine", 10, total, 0.1)
+    cosine = lr_lambda("cosine", 10, 0.1, by_steps(10, total, decays=True))
     assert [cosine(s) for s in (0, 4, 9)] == pytest.approx([0.1, 0.5, 1.0])
     assert not asked  # the warmup never needs the total (a resume restores the loader first)
     assert cosine(10) == pytest.approx(1.0) and cosine(60) == pytest.approx(0.55)
     assert cosine(110) == pytest.approx(0.1) and cosine(500) == pytest.approx(0.1)
-    inverse = lr_lambda("inverse_sqrt", 4, total, 0.0)
+    asked.clear()
+    inverse = lr_lambda("inverse_sqrt", 4, 0.0, by_steps(4, total, decays=False))
     assert [inverse(s) for s in (3, 15)] == pytest.approx([1.0, 0.5])
-    assert lr_lambda("constant", 0, total, 0.0)(1000) == 1.0
-    assert lr_lambda("cosine", 0, total, 0.0)(0) == 1.0
+    assert not asked  # a schedule with no end never asks for it
+    assert lr_lambda("constant", 0, 0.0, by_steps(0, total, decays=False))(1000) == 1.0
+    assert lr_lambda("cosine", 0, 0.0, by_steps(0, total, decays=True))(0) == 1.0
 
 
 def test_the_warmup_stable_decay_schedule_is_its_definition_by_steps_and_by_the_clock() -> None:
@@ -288,7 +290,7 @@ def test_the_warmup_stable_decay_schedule_is_its_definition_by_steps_and_by_the_
     it, then a straight line to min_lr_ratio; against a plain reference at every step, and by
     the clock's progress where a budget gives one. Its settings are checked."""
     from seq2seq.hparams import TrainingConfig
-    from seq2seq.training.optim import lr_lambda
+    from seq2seq.training.optim import by_steps, lr_lambda
 
     warmup, total, cooldown, floor = 10, 110, 0.2, 0.1
 
@@ -301,13 +303,14 @@ def test_the_warmup_stable_decay_schedule_is_its_definition_by_steps_and_by_the_
         return floor + (1 - floor) * (1 - progress) / cooldown
 
     asked = []
-    wsd = lr_lambda("wsd", warmup, lambda: asked.append(1) or total, floor, cooldown_share=0.2)
+    steps = by_steps(warmup, lambda: asked.append(1) or total, decays=True)
+    wsd = lr_lambda("wsd", warmup, floor, steps, cooldown_share=0.2)
     assert [wsd(s) for s in range(warmup)] == pytest.approx([reference(s) for s in range(10)])
     assert not asked  # lazy, as the cosine: a resume restores the loader first
     assert [wsd(s) for s in range(200)] == pytest.approx([reference(s) for s in range(200)])
     assert wsd(50) == 1.0 and wsd(90) == pytest.approx(1.0) and wsd(100) == pytest.approx(0.55)
     assert wsd(110) == pytest.approx(0.1)
-    by_clock = lr_lambda("wsd", warmup, lambda: math.inf, 0.0, lambda step: step / 100, None, 0.2)
+    by_clock = lr_lambda("wsd", warmup, 0.0, lambda step: (False, step / 100), 0.2)
     assert [by_clock(s) for s in (50, 80, 90, 100)] == pytest.approx([1.0, 1.0, 0.5, 0.0])
     assert TrainingConfig(schedule="wsd", cooldown_share=0.2, warmup_share=0.25)
     with pytest.raises(ValueError, match=r"^model.training.schedule=wsd needs model.training.co"):
@@ -548,18 +551,24 @@ def test_a_briefly_trained_model_translates_numbers_from_their_source(
 
 
 def test_the_cosine_ends_at_the_step_limit_or_the_time_budget_whichever_comes_first() -> None:
-    from seq2seq.training.optim import lr_lambda
+    from seq2seq.training.callbacks import TimeBudget
+    from seq2seq.training.optim import by_steps, lr_lambda
 
-    clock = {"progress": 0.0}
-    cosine = lr_lambda("cosine", 10, lambda: float("inf"), 0.1, lambda step: clock["progress"])
-    assert cosine(500) == pytest.approx(1.0)  # no step limit, no time spent: the peak
-    clock["progress"] = 0.5
-    assert cosine(20) == pytest.approx(0.55)  # half the time: half way down
-    clock["progress"] = 1.0
-    assert cosine(20) == pytest.approx(0.1)  # the budget is spent: the end
-    steps = lr_lambda("cosine", 10, lambda: 110.0, 0.1, lambda step: 0.0)
-    assert steps(110) == pytest.approx(0.1)  # the step limit came first
-    assert lr_lambda("cosine", 10, lambda: 110.0, 0.1, lambda step: None)(60) == pytest.approx(0.55)
+    clock = {"elapsed": 0.0}  # of 100 s, less the reserve before any validation (10 s): 90 s
+
+    def cosine(total: float, budget: TimeBudget):
+        progress = budget.schedule(by_steps(10, lambda: total, decays=True), 10, None)
+        return lr_lambda("cosine", 10, 0.1, progress)
+
+    by_clock = cosine(float("inf"), clocked_budget(100.0, clock))
+    assert by_clock(500) == pytest.approx(1.0)  # no step limit, no time spent: the peak
+    clock["elapsed"] = 45.0
+    assert by_clock(20) == pytest.approx(0.55)  # half the time: half way down
+    clock["elapsed"] = 90.0
+    assert by_clock(20) == pytest.approx(0.1)  # the budget is spent: the end
+    clock["elapsed"] = 0.0
+    assert cosine(110.0, clocked_budget(100.0, clock))(110) == pytest.approx(0.1)  # steps first
+    assert cosine(110.0, TimeBudget())(60) == pytest.approx(0.55)  # no budget: steps alone
 
 
 def test_a_time_budget_ends_the_schedule_and_leaves_time_to_validate_and_test(
@@ -774,19 +783,13 @@ def test_a_warmup_share_ends_the_warmup_by_the_clock() -> None:
     training time, rising by whichever of steps and clock is further, and the cosine starts
     from the peak there; without a budget the step count alone rules, as before."""
     from seq2seq.hparams import TrainingConfig
-    from seq2seq.training.optim import lr_lambda
+    from seq2seq.training.optim import by_steps, lr_lambda
 
     clock = {"elapsed": 0.0}
     budget = clocked_budget(100.0, clock)  # reserve before any validation: 10 s, so 90 s
     share, steps = 0.1, 1000
-
-    def warmup(step: int) -> tuple[bool, float | None]:
-        return budget.warming_up(step, steps, share), budget.warmup_progress(share)
-
-    def decay(step: int) -> float | None:
-        return budget.decay_progress(step, steps, share)
-
-    factor = lr_lambda("cosine", steps, lambda: float("inf"), 0.0, decay, warmup)
+    plain = by_steps(steps, lambda: float("inf"), decays=True)
+    factor = lr_lambda("cosine", steps, 0.0, budget.schedule(plain, steps, share))
     assert factor(0) == pytest.approx(1 / steps)
     clock["elapsed"] = 4.5  # 5% of the training time: half way up by the clock
     assert factor(5) == pytest.approx(0.5)
@@ -796,8 +799,7 @@ def test_a_warmup_share_ends_the_warmup_by_the_clock() -> None:
     assert factor(60) == pytest.approx(0.5)
     clock["elapsed"] = 90.0
     assert factor(120) == pytest.approx(0.0, abs=1e-12)
-    plain = lr_lambda("cosine", steps, lambda: float("inf"), 0.0)  # no budget: steps rule
-    assert plain(5) == pytest.approx(6 / steps)
+    assert lr_lambda("cosine", steps, 0.0, plain)(5) == pytest.approx(6 / steps)  # no budget
     needs = r"model\.training\.warmup_share=0\.1 needs model\.training\.schedule=cosine"
     with pytest.raises(ValueError, match=needs):
         TrainingConfig(warmup_share=0.1)  # the default schedule: inverse_sqrt
@@ -809,6 +811,7 @@ def test_the_decay_by_the_clock_starts_where_the_warmup_ends(caplog) -> None:
     """A warmup that ends late leaves the cosine its whole range over the time left, with no
     jump, and a resume (the callback's state in the checkpoint) continues it."""
     from seq2seq.training.callbacks import TimeBudget
+    from seq2seq.training.optim import by_steps
 
     clock = {"elapsed": 0.0}
 
@@ -818,18 +821,21 @@ def test_the_decay_by_the_clock_starts_where_the_warmup_ends(caplog) -> None:
             budget.load_state_dict(state)
         return budget
 
+    def decay(budget: TimeBudget, step: int) -> float:
+        return budget.schedule(by_steps(10, lambda: float("inf"), decays=True), 10, None)(step)[1]
+
     budget = budget_at()
-    assert budget.decay_progress(5, warmup_steps=10) == 0.0  # warming up
+    assert decay(budget, 5) == pytest.approx(0.6)  # warming up: 6 of 10 steps
     clock["elapsed"] = 54.0  # the warmup ends at 60% of the 90 s
     with caplog.at_level("WARNING"):
-        assert budget.decay_progress(10, warmup_steps=10) == 0.0
+        assert decay(budget, 10) == 0.0
     assert "the warmup (model.training.warmup_steps=10) took 60% of the time budget" in caplog.text
     clock["elapsed"] = 72.0
-    assert budget.decay_progress(11, warmup_steps=10) == pytest.approx(0.5)
+    assert decay(budget, 11) == pytest.approx(0.5)
     resumed = budget_at(budget.state_dict())
     clock["elapsed"] = 90.0
-    assert resumed.decay_progress(12, warmup_steps=10) == pytest.approx(1.0)
-    assert TimeBudget().decay_progress(12, warmup_steps=10) is None  # no budget
+    assert decay(resumed, 12) == pytest.approx(1.0)
+    assert decay(TimeBudget(), 12) == pytest.approx(0.0)  # no budget, no step limit: at the peak
 
 
 def test_a_budget_that_buys_few_epochs_turns_dropout_off_at_the_first_validation(

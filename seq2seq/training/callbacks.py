@@ -15,7 +15,20 @@ from lightning.pytorch.callbacks import Callback, Checkpoint
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from seq2seq.checkpoint import write_run_config
-from seq2seq.training.clock import ClockRecord, code_commit
+from seq2seq.training.clock import (
+    Clock,
+    ClockRecord,
+    LiveClock,
+    Progress,
+    RecordedClock,
+    code_commit,
+)
+from seq2seq.training.lightning_fields import (
+    LightningTimer,
+    clock_interval,
+    set_received_sigterm,
+    set_validation_due,
+)
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +125,7 @@ class InterruptCheckpoint(Checkpoint):
     def on_train_batch_end(self, trainer: Any, *args: Any, **kwargs: Any) -> None:
         if self._sigterm_held:  # it came during this batch (or after the last one's end)
             self._sigterm_held = False
-            trainer._signal_connector.received_sigterm = True  # as Lightning's handler sets it
+            set_received_sigterm(trainer, True)  # as Lightning's handler sets it
         if last_batch(trainer) and trainer.world_size == 1 and not self._saved:
             if trainer.received_sigterm:  # Lightning would stop in the epoch's end
                 self._sigterm(trainer, False)
@@ -142,7 +155,7 @@ class InterruptCheckpoint(Checkpoint):
     def _sigterm(self, trainer: Any, received: bool) -> None:
         """Set whether Lightning has received SIGTERM (its signal connector's flag, which
         its handler sets and its loops read), and whether one waits here for the epoch's end."""
-        trainer._signal_connector.received_sigterm = received
+        set_received_sigterm(trainer, received)
         self._sigterm_waits = not received
 
     def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
@@ -199,7 +212,7 @@ class TimeBudget(Callback):
     callbacks save) before fit ends. The reserve is what the final validation and the test are
     expected to take, with a margin: the last validation's duration, plus the test split's share
     of it (its pairs over the pairs validation decodes, times sqrt(beam size)); before the first
-    validation it is a tenth of the budget. The schedule reads `decay_progress()`: the training
+    validation it is a tenth of the budget. The schedule reads `schedule()`: the training
     time since the warmup over the time from then to that stop, so the decay ends where
     training does. The elapsed time is
     Lightning's Timer's, which checkpoints save, so a resumed run keeps its budget.
@@ -222,12 +235,11 @@ class TimeBudget(Callback):
     With test=false (`test`: the run config's), no time is kept for a test. With `pick_search`
     (the run config's, seq2seq.training.pick) it keeps time for the pick too.
 
-    It records every decision the clock makes (seq2seq.training.clock.ClockRecord: the
-    progress read once at each step, the steps validated at, where the warmup and the decay
-    ended, dropout, the stop) in checkpoints and in dirpath/clock.json. Given a record to
-    replay (`replay=RUN`), it takes each decision from the record instead of the clock, and
-    Lightning's Timer no longer stops the run: the run repeats RUN's steps whatever its pace.
-    Under DDP rank 0's reading is every process's, so all step with the same learning rate.
+    It asks a clock (seq2seq.training.clock: LiveClock, this machine's time; RecordedClock,
+    a run's record, given by `replay=RUN`, with which the run repeats RUN's steps whatever its
+    pace) and records every answer (ClockRecord: the progress read once at each step, the
+    steps validated at, where the warmup and the decay ended, dropout, the stop) in
+    checkpoints and in dirpath/clock.json. Under DDP rank 0's answers are every process's.
 
     Inactive (progress() is None) without trainer.max_time.
     """
@@ -241,16 +253,14 @@ class TimeBudget(Callback):
         self.pick = SearchGrid.from_config(pick_search)  # the search picked after fit, if any
         self.dirpath = dirpath  # the run directory, where clock.json goes (None: nowhere)
         self.record = ClockRecord()  # this run's decisions
-        self._replayed: ClockRecord | None = None  # the decisions replayed instead of the clock
+        self.clock: Clock | None = None  # a RecordedClock given by replay(), else a LiveClock
         self._trainer: Any = None
-        self._interval: float | None = None  # training seconds between validations
-        self._last_validation = 0.0  # the training time at which the last one ended
-        self._timer: Any = None
+        self._timer: LightningTimer | None = None
         self._budget: float | None = None
+        self._interval: float | None = None  # training seconds between validations
         self._validation_seconds: float | None = None
         self._test_share = 1.0
         self._validation_started: float | None = None
-        self._progress = 0.0
         self._train_seconds: float | None = None
         self._warmup_end: float | None = None  # progress() when the warmup ended
 
@@ -259,50 +269,42 @@ class TimeBudget(Callback):
         return self._budget is not None
 
     def replay(self, record: ClockRecord) -> None:
-        """Take the clock's decisions from `record` (a run's, seq2seq.training.clock) in this
-        fit instead of from the clock."""
-        self._replayed = record
+        """Take the clock's decisions from `record` (a run's) in this fit."""
+        self.clock = RecordedClock(record)
+
+    def start(self, timer: LightningTimer | None, trainer: Any = None) -> None:
+        """The clock started under timer's budget (none: inactive)."""
+        self._trainer, self._timer = trainer, timer
+        self._budget = timer.budget if timer is not None else None
+        if self.clock is None:
+            self.clock = LiveClock(self.reserve, self._agreed)
+        self.clock.start(self._budget, timer)
+
+    def _agreed(self, value: Any) -> Any:
+        """Rank 0's value, for every process (each has its own clock)."""
+        trainer = self._trainer
+        if getattr(trainer, "world_size", 1) > 1:
+            return trainer.strategy.broadcast(value)
+        return value
 
     def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
-        from lightning.pytorch.callbacks import Timer
-
-        self._trainer = trainer
-        self._timer = next((c for c in trainer.callbacks if isinstance(c, Timer)), None)
-        self._budget = getattr(self._timer, "_duration", None)
-        self._progress = 0.0
-        self._interval = None
+        self.start(LightningTimer.of(trainer), trainer)
         # A resume goes on past where an earlier start ended (a longer budget, say).
         self.record.budget, self.record.stopped_at, self.record.ended_at = self._budget, None, None
-        if self.active:
-            self.record.commit = code_commit()
-        replayed = self._replayed
-        if replayed is not None and self.active:
-            self._timer._duration = None  # the record stops the run, not this machine's clock
-            log.info(
-                "Replay: the clock's decisions are the recorded run's: %d validations (at steps "
-                "%s), the warmup's end at step %s, dropout off at step %s, the stop at step %s",
-                len(replayed.validations), ", ".join(map(str, replayed.validations)),
-                replayed.warmup_ended_at, replayed.dropout_off_at, replayed.stopped_at,
-            )  # fmt: skip
-        elif replayed is not None:
-            raise ValueError(
-                "replay needs trainer.max_time, the budget the replayed run had: a run without "
-                "one has no clock to replay"
-            )
-        if self.active:
-            from seq2seq.training.pick import pick_share
+        if not self.active:
+            return
+        from seq2seq.training.pick import pick_share
 
-            self._test_share = _test_share(trainer, pl_module) if self.test else 0.0
-            self._test_share += pick_share(self.pick, pl_module.hparams.get("decoding"))
-            log.info(
-                "Time budget %.0f s: the schedule ends, and the last validation%s run, within "
-                "it", self._budget, ", checkpoint and test" if self.test else " and checkpoint",
-            )  # fmt: skip
-        # Lightning's validation by the clock (a duration as val_check_interval, lightning>=2.6;
-        # none under fast_dev_run), which this callback times.
-        clocked = getattr(trainer, "_val_check_time_interval", None)
-        if self.active and clocked is not None:
-            self._interval = clocked
+        self.record.commit = code_commit()
+        self._test_share = _test_share(trainer, pl_module) if self.test else 0.0
+        self._test_share += pick_share(self.pick, pl_module.hparams.get("decoding"))
+        log.info(
+            "Time budget %.0f s: the schedule ends, and the last validation%s run, within "
+            "it", self._budget, ", checkpoint and test" if self.test else " and checkpoint",
+        )  # fmt: skip
+        # Lightning's validation by the clock (lightning>=2.6), which this callback times.
+        self._interval = clock_interval(trainer)
+        if self._interval is not None:
             log.info("Time budget: validating every %.0f s of training", self._interval)
 
     def reserve(self) -> float:
@@ -318,68 +320,53 @@ class TimeBudget(Callback):
 
     def progress(self) -> float | None:
         """Training time so far over the time training may take (0 to 1, never decreasing),
-        or None without a budget. Read once at each optimizer step (the schedule and the stop
-        both ask) and recorded; a replay reads the record."""
+        or None without a budget: the clock's reading, asked once at each optimizer step (the
+        schedule and the stop both ask) and recorded."""
         if not self.active:
             return None
-        trainer = self._trainer
-        step = getattr(trainer, "global_step", None)
-        if step in self.record.progress:
-            return self.record.progress[step]
-        if self._replayed is not None:
-            if step not in self._replayed.progress:
-                raise ValueError(
-                    f"replay: the replayed run recorded no clock reading at step {step}: this "
-                    "run went past its steps, which a replay of the same config does not do"
-                )
-            value = self._replayed.progress[step]
-        else:
-            usable = max(self._budget - self.reserve(), 1e-9)
-            value = max(self._progress, min(1.0, self._timer.time_elapsed("train") / usable))
-            if getattr(trainer, "world_size", 1) > 1:
-                value = trainer.strategy.broadcast(value)  # rank 0's, so rates agree
-        self._progress = value
-        if step is not None:
-            self.record.progress[step] = value
-        return value
+        step = getattr(self._trainer, "global_step", None)  # None: no Trainer (a test's)
+        if step is None:
+            return self.clock.progress(step)
+        if step not in self.record.progress:
+            self.record.progress[step] = self.clock.progress(step)
+        return self.record.progress[step]
 
-    def warming_up(self, step: int, warmup_steps: int, warmup_share: float | None) -> bool:
-        """Whether optimizer step `step` is in the warmup: before warmup_steps, and (with a
-        warmup_share) before training has taken that share of its time."""
-        if step >= warmup_steps:
-            return False
-        progress = self.progress()
-        return warmup_share is None or progress is None or progress < warmup_share
+    def schedule(
+        self, by_steps: Progress, warmup_steps: int, warmup_share: float | None
+    ) -> Progress:
+        """The learning-rate schedule's progress (optim.lr_lambda's) by steps and by this
+        clock, whichever is further: the warmup ends at warmup_steps or, with a warmup_share,
+        at that share of the training time; the decay then runs from the warmup's end to the
+        stop, so the schedule ends where training does without a jump however long the
+        warmup took. By steps alone without a budget."""
 
-    def warmup_progress(self, warmup_share: float | None) -> float | None:
-        """How far a warmup by the clock has come (0 to 1), or None without a budget or share."""
-        progress = self.progress()
-        if progress is None or warmup_share is None:
-            return None
-        return min(1.0, progress / warmup_share)
+        def progress(step: int) -> tuple[bool, float]:
+            warming, done = by_steps(step)
+            clock = self.progress()
+            if clock is None:
+                return warming, done
+            if warming and (warmup_share is None or clock < warmup_share):
+                return True, max(done, min(1.0, clock / warmup_share) if warmup_share else 0.0)
+            return False, max(0.0 if warming else done, self._decay(step, clock, warmup_steps))
 
-    def decay_progress(
-        self, step: int, warmup_steps: int, warmup_share: float | None = None
-    ) -> float | None:
-        """How far the decay after the warmup has come (0 to 1) by the clock: the time since
-        the warmup ended over the time from then to the stop, so the schedule ends at the
-        stop without a jump however long the warmup took. None without a budget."""
-        progress = self.progress()
-        if progress is None or self.warming_up(step, warmup_steps, warmup_share):
-            return None if progress is None else 0.0
+        return progress
+
+    def _decay(self, step: int, clock: float, warmup_steps: int) -> float:
+        """The decay's progress by the clock: the time since the warmup ended over the time
+        from then to the stop."""
         if self._warmup_end is None:  # the first step after the warmup
-            self._warmup_end = progress
+            self._warmup_end = clock
             self.record.warmup_ended_at = step
-            if progress > 0.5:
+            if clock > 0.5:
                 log.warning(
                     "the warmup (model.training.warmup_steps=%d) took %.0f%% of the time "
                     "budget, leaving the rest for the decay: lower model.training.warmup_steps "
                     "for this budget, or set model.training.warmup_share",
-                    warmup_steps, 100 * progress,
+                    warmup_steps, 100 * clock,
                 )  # fmt: skip
         done = 1.0
         if self._warmup_end < 1.0:
-            done = min(1.0, (progress - self._warmup_end) / (1.0 - self._warmup_end))
+            done = min(1.0, (clock - self._warmup_end) / (1.0 - self._warmup_end))
         if done >= 1.0 and self.record.schedule_ended_at is None:
             self.record.schedule_ended_at = step
         return done
@@ -405,7 +392,7 @@ class TimeBudget(Callback):
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         if not self.active:
             return
-        self._last_validation = self._timer.time_elapsed("train")  # a resume counts from here
+        self.clock.validated()  # a resume counts the interval from here
         if self.record.dropout_off_at is not None:  # turned off before the checkpoint resumed
             pl_module.model.set_dropout(0.0)
 
@@ -416,7 +403,7 @@ class TimeBudget(Callback):
         if self._validation_started is not None and not trainer.sanity_checking:
             self._validation_seconds = time.monotonic() - self._validation_started
             if self.active:
-                self._last_validation = self._timer.time_elapsed("train")
+                self.clock.validated()
                 self.record.validations.append(trainer.global_step)
                 if self.record.paced_at is None:
                     self._fit_to_pace(trainer, pl_module)
@@ -425,14 +412,7 @@ class TimeBudget(Callback):
         """Once, at the first validation, from the pace so far: what the run will do in steps
         and epochs (logged), and dropout off for the rest of the run if the budget buys fewer
         epochs than model.training.dropout_min_epochs (rank 0's estimate, for every process)."""
-        steps, elapsed = trainer.global_step, self._timer.time_elapsed("train")
-        if self._replayed is not None:  # decided as the replayed run decided
-            self.record.paced_at = steps
-            if self._replayed.dropout_off_at is not None:
-                pl_module.model.set_dropout(0.0)
-                self.record.dropout_off_at = steps
-                log.info("Replay: dropout off from step %d, as recorded", steps)
-            return
+        steps, elapsed = trainer.global_step, self._timer.elapsed()
         if steps < 1 or elapsed <= 0:
             return
         self.record.paced_at = steps
@@ -450,9 +430,12 @@ class TimeBudget(Callback):
         warmup, share = training["warmup_steps"], training["warmup_share"]
         ends = min(warmup, int(share * by_time)) if share is not None else warmup
         minimum = training.get("dropout_min_epochs")
-        off = minimum is not None and epochs is not None and epochs < minimum
-        off = off and pl_module.model.config.dropout > 0
-        if trainer.strategy.broadcast(off):
+        reason = None
+        if minimum is not None and epochs is not None and epochs < minimum:
+            reason = (f"{epochs:.1f} epochs are fewer than model.training.dropout_min_epochs="
+                      f"{minimum:g}, too few to overfit")  # fmt: skip
+        reason = self.clock.dropout_off(reason if pl_module.model.config.dropout > 0 else None)
+        if trainer.strategy.broadcast(reason is not None):
             pl_module.model.set_dropout(0.0)
             self.record.dropout_off_at = steps
         if not trainer.is_global_zero:
@@ -472,24 +455,19 @@ class TimeBudget(Callback):
                 else f"trainer.max_epochs={trainer.max_epochs}",
                 total, "" if epochs is None else f" ({epochs:.1f} epochs)",
             )  # fmt: skip
-        if off:
+        if reason is not None:
             log.info(
-                "Time budget: dropout %g is off from step %d: %.1f epochs are fewer than "
-                "model.training.dropout_min_epochs=%g, too few to overfit",
-                pl_module.model.config.dropout, steps, epochs, minimum,
+                "Time budget: dropout %g is off from step %d: %s",
+                pl_module.model.config.dropout, steps, reason,
             )  # fmt: skip
 
     def validation_due(self) -> bool:
-        """Whether the training time since the last validation has reached the interval, with
-        at least half an interval left before the stop, which validates anyway (never without
-        a budget and validation by the clock). A replay validates where the record did."""
+        """Whether the clock says to validate after this step (never without a budget and
+        validation by the clock): the training time since the last validation has reached the
+        interval, with at least half an interval left before the stop, which validates anyway."""
         if self._interval is None:
             return False
-        if self._replayed is not None:
-            return self._trainer.global_step in self._replayed.validations
-        elapsed = self._timer.time_elapsed("train")
-        to_stop = self._budget - self.reserve() - elapsed
-        return elapsed - self._last_validation >= self._interval and to_stop >= self._interval / 2
+        return self.clock.validation_due(self._trainer.global_step, self._interval)
 
     def on_train_batch_end(
         self, trainer: Any, pl_module: Any = None, outputs: Any = None, batch: Any = None,
@@ -499,21 +477,15 @@ class TimeBudget(Callback):
             return
         # Rank 0's clock decides, for every process: each has its own, and a process that
         # validated while another trained a step would wait for it forever.
-        if self._replayed is not None:
-            stop = self._replayed.stopped_at is not None
-            stop = stop and trainer.global_step >= self._replayed.stopped_at
-            self.progress()  # recorded as this run's, as in the run replayed
-            due = self.validation_due()
-        else:
-            stop, due = trainer.strategy.broadcast((self.progress() >= 1.0, self.validation_due()))
+        stops = self.clock.stops(trainer.global_step, self.progress())
+        stop, due = trainer.strategy.broadcast((stops, self.validation_due()))
         if self._interval is not None and not stop:
-            # Lightning (>= 2.6) validates by the clock when the time since its last validation
+            # Lightning validates by the clock when the time since its last validation
             # reaches the interval, read from each process's own clock with nothing to make
             # them agree; set here so that its check, which follows, gives rank 0's decision.
             # By the clock it validates neither at an epoch's end nor at the step or epoch
             # limit: the last batch (the same on every process) validates here.
-            due = due or _fit_ends_after(trainer, batch_idx)
-            trainer._last_val_time = -math.inf if due else math.inf
+            set_validation_due(trainer, due or _fit_ends_after(trainer, batch_idx))
         if not stop:
             return
         trainer.should_stop = True  # Lightning validates, then fit ends
@@ -522,8 +494,7 @@ class TimeBudget(Callback):
             log.info(
                 "Time budget: training stops at step %d after %.1f s, keeping %.1f s of %.0f s "
                 "for the last validation, checkpoint and test",
-                trainer.global_step, self._timer.time_elapsed("train"), self.reserve(),
-                self._budget,
+                trainer.global_step, self._timer.elapsed(), self.reserve(), self._budget,
             )  # fmt: skip
 
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
@@ -531,11 +502,10 @@ class TimeBudget(Callback):
             self.record.ended_at = trainer.global_step
             # Lightning's Timer stopped it at the budget (a step or validation outran the
             # reserve): a stop by the clock too, which a replay repeats.
-            timer_stopped = self._timer.time_elapsed("train") >= self._budget
-            if self.record.stopped_at is None and self._replayed is None and timer_stopped:
+            if self.record.stopped_at is None and self.clock.timer_stopped():
                 self.record.stopped_at = trainer.global_step
             self._write_record(trainer)
-            self._train_seconds = self._timer.time_elapsed("train")
+            self._train_seconds = self._timer.elapsed()
             if not self.test and trainer.is_global_zero:
                 log.info("Time budget: used %.1f s of %.0f s", self._train_seconds, self._budget)
 
@@ -543,7 +513,7 @@ class TimeBudget(Callback):
         # The training time as fit ended: testing a checkpoint restores the Timer's state
         # saved in it, so asking the Timer now would count the training up to that checkpoint.
         if self.active and self._train_seconds is not None and trainer.is_global_zero:
-            used = self._train_seconds + self._timer.time_elapsed("test")
+            used = self._train_seconds + self._timer.elapsed("test")
             log.info("Time budget: used %.1f s of %.0f s", used, self._budget)
 
 

@@ -1,4 +1,4 @@
-"""What a time budget's clock decided in a run, recorded so that the run can be replayed.
+"""The clock a time budget asks, live or recorded, and what it decided in a run.
 
 Under `trainer.max_time` the clock, not the config, decides where a run validates, how far its
 learning-rate schedule has come at each step (and so where the warmup ends), whether dropout
@@ -8,20 +8,35 @@ into every checkpoint (its callback state) and into the run directory's clock.js
 checkpoint and when training ends). `python train.py replay=RUN` trains RUN's config again
 with the clock replaced by RUN's record, so the same steps see the same rates, validations,
 dropout and stop (docs/runs.md says how exact that is across machines).
+
+The two clocks answer the same questions (`progress(step)`, `validation_due(step)`,
+`stops(step)`, `dropout_off(reason)`): LiveClock from this machine's time (Lightning's Timer),
+RecordedClock from a ClockRecord. TimeBudget asks whichever it was given and records the
+answers; it never asks which one it has.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from seq2seq.files import written_whole
 from seq2seq.run_dir import RunDir
 
-__all__ = ["VERSION", "ClockRecord", "read_record"]
+__all__ = [
+    "VERSION", "Clock", "ClockRecord", "LiveClock", "Progress", "RecordedClock", "read_record",
+]  # fmt: skip
+
+# A learning-rate schedule's progress at an optimizer step: (warming up, how far: the warmup's
+# factor while warming up, else the decay's progress, 0 to 1). optim.lr_lambda reads one.
+Progress = Callable[[int], tuple[bool, float]]
+
+log = logging.getLogger(__name__)
 
 VERSION = 1  # of clock.json's layout: a replay refuses another
 
@@ -112,3 +127,115 @@ def read_record(run_dir: str | Path) -> ClockRecord:
             f"{last}): finish it with resume={run_dir}, then replay it"
         )
     return record
+
+
+class Clock(Protocol):
+    """What a time budget asks of time, at optimizer step `step` (Lightning's global_step)."""
+
+    def start(self, budget: float | None, timer: Any) -> None:
+        """Fit starts under `budget` seconds (None: no trainer.max_time), timed by `timer`
+        (lightning_fields.LightningTimer)."""
+
+    def progress(self, step: int | None) -> float:
+        """The budget's progress at step: training time over the time training may take."""
+
+    def validation_due(self, step: int, interval: float) -> bool:
+        """Whether to validate after step, validating every `interval` seconds of training."""
+
+    def stops(self, step: int, progress: float) -> bool:
+        """Whether training stops after step (at `progress`)."""
+
+    def dropout_off(self, reason: str | None) -> str | None:
+        """Why dropout goes off at the first validation (None: it stays); `reason` is what
+        the pace so far says."""
+
+    def validated(self) -> None:
+        """A validation (or the start of training) ended now."""
+
+    def timer_stopped(self) -> bool:
+        """Whether Lightning's Timer ended fit at the budget (a step outran the reserve)."""
+
+
+class LiveClock:
+    """This machine's clock: the training time Lightning's Timer counts, over the budget less
+    what the final validation and test will take (`reserve()`, TimeBudget's). Under DDP rank
+    0's reading is every process's, so all step with the same learning rate."""
+
+    def __init__(self, reserve: Callable[[], float], broadcast: Callable[[Any], Any]) -> None:
+        self.reserve, self.broadcast = reserve, broadcast
+        self.budget: float = 0.0
+        self.timer: Any = None
+        self._progress = 0.0  # never decreases
+        self._last_validation = 0.0  # the training time at which the last one ended
+
+    def start(self, budget: float | None, timer: Any) -> None:
+        self.budget, self.timer, self._progress = budget or 0.0, timer, 0.0
+
+    def progress(self, step: int | None) -> float:
+        usable = max(self.budget - self.reserve(), 1e-9)
+        value = max(self._progress, min(1.0, self.timer.elapsed() / usable))
+        self._progress = self.broadcast(value)
+        return self._progress
+
+    def validation_due(self, step: int, interval: float) -> bool:
+        elapsed = self.timer.elapsed()
+        to_stop = self.budget - self.reserve() - elapsed
+        return elapsed - self._last_validation >= interval and to_stop >= interval / 2
+
+    def stops(self, step: int, progress: float) -> bool:
+        return progress >= 1.0
+
+    def dropout_off(self, reason: str | None) -> str | None:
+        return reason
+
+    def validated(self) -> None:
+        self._last_validation = self.timer.elapsed()
+
+    def timer_stopped(self) -> bool:
+        return self.timer.elapsed() >= self.budget
+
+
+class RecordedClock:
+    """A recorded run's clock (`python train.py replay=RUN`): each decision as the record has
+    it, whatever this machine's pace; Lightning's Timer no longer stops the run."""
+
+    def __init__(self, record: ClockRecord) -> None:
+        self.record = record
+
+    def start(self, budget: float | None, timer: Any) -> None:
+        if budget is None:
+            raise ValueError(
+                "replay needs trainer.max_time, the budget the replayed run had: a run without "
+                "one has no clock to replay"
+            )
+        timer.release()  # the record stops the run, not this machine's clock
+        record = self.record
+        log.info(
+            "Replay: the clock's decisions are the recorded run's: %d validations (at steps "
+            "%s), the warmup's end at step %s, dropout off at step %s, the stop at step %s",
+            len(record.validations), ", ".join(map(str, record.validations)),
+            record.warmup_ended_at, record.dropout_off_at, record.stopped_at,
+        )  # fmt: skip
+
+    def progress(self, step: int | None) -> float:
+        if step not in self.record.progress:
+            raise ValueError(
+                f"replay: the replayed run recorded no clock reading at step {step}: this "
+                "run went past its steps, which a replay of the same config does not do"
+            )
+        return self.record.progress[step]
+
+    def validation_due(self, step: int, interval: float) -> bool:
+        return step in self.record.validations
+
+    def stops(self, step: int, progress: float) -> bool:
+        return self.record.stopped_at is not None and step >= self.record.stopped_at
+
+    def dropout_off(self, reason: str | None) -> str | None:
+        return "as the replayed run recorded" if self.record.dropout_off_at is not None else None
+
+    def validated(self) -> None:
+        pass
+
+    def timer_stopped(self) -> bool:
+        return False  # released: the record's stop is the stop

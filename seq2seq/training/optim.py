@@ -18,57 +18,52 @@ from torch.optim.lr_scheduler import LambdaLR
 
 from seq2seq.hparams import TrainingConfig
 from seq2seq.training.callbacks import TimeBudget
+from seq2seq.training.clock import Progress
 
 log = logging.getLogger(__name__)
 
 
 def lr_lambda(
-    schedule: str,
-    warmup_steps: int,
-    total_steps: Callable[[], float],
-    min_lr_ratio: float,
-    time_progress: Callable[[int], float | None] | None = None,
-    warmup: Callable[[int], tuple[bool, float | None]] | None = None,
+    schedule: str, warmup_steps: int, min_lr_ratio: float, progress: Progress,
     cooldown_share: float | None = None,
-) -> Callable[[int], float]:
-    """Multiplier of the peak learning rate at optimizer step `step` (0-based).
-
-    Linear warmup over warmup_steps, then inverse square root (Vaswani et al.), cosine down to
-    min_lr_ratio at the end of training, wsd (the peak until the last cooldown_share of the
-    training after the warmup, then a straight line down to min_lr_ratio: warmup-stable-decay,
-    as language-model speed records use it), or constant. The end is total_steps() (asked only
-    when the cosine or wsd needs it, after the warmup; inf without a step limit) or, with a
-    time budget, when time_progress(step), the decay's progress by the clock, reaches 1
-    (callbacks.TimeBudget.decay_progress), whichever comes first. With a warmup by the clock
-    (model.training.warmup_share), warmup(step) says whether step is still warming up and how
-    far by the clock (TimeBudget.warming_up and warmup_progress): the warmup then ends at
-    warmup_steps or at that share of the budget, whichever comes first, and rises by whichever
-    is further.
-    """
-
-    @functools.cache
-    def total() -> float:
-        return total_steps()
+) -> Callable[[int], float]:  # fmt: skip
+    """Multiplier of the peak learning rate at optimizer step `step` (0-based), from the
+    schedule's progress there (by_steps, or TimeBudget.schedule with a time budget): the warmup
+    rises to the peak, then inverse square root (Vaswani et al.), cosine down to min_lr_ratio,
+    wsd (the peak until the last cooldown_share of the decay, then a straight line down to
+    min_lr_ratio: warmup-stable-decay, as language-model speed records use it), or constant."""
 
     def factor(step: int) -> float:
-        warming, by_clock = warmup(step) if warmup is not None else (step < warmup_steps, None)
+        warming, done = progress(step)
         if warming:
-            return max((step + 1) / warmup_steps, by_clock or 0.0)
+            return done
         if schedule == "inverse_sqrt":
             return math.sqrt(max(warmup_steps, 1) / (step + 1))
-        if schedule in ("cosine", "wsd"):
-            done = step - warmup_steps
-            progress = 0.0 if done <= 0 else min(1.0, done / max(1, total() - warmup_steps))
-            by_time = time_progress(step) if time_progress is not None else None
-            if by_time is not None:
-                progress = max(progress, by_time)
-            if schedule == "wsd":
-                assert cooldown_share is not None  # TrainingConfig requires it for wsd
-                return min_lr_ratio + (1 - min_lr_ratio) * min(1.0, (1 - progress) / cooldown_share)
-            return min_lr_ratio + (1 - min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+        if schedule == "cosine":
+            return min_lr_ratio + (1 - min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * done))
+        if schedule == "wsd":
+            assert cooldown_share is not None  # TrainingConfig requires it for wsd
+            return min_lr_ratio + (1 - min_lr_ratio) * min(1.0, (1 - done) / cooldown_share)
         return 1.0
 
     return factor
+
+
+def by_steps(warmup_steps: int, total_steps: Callable[[], float], decays: bool) -> Progress:
+    """A schedule's progress by steps: the warmup linear over warmup_steps, then (for a schedule
+    that `decays` to an end, cosine and wsd) the steps since over those to total_steps(),
+    asked once, after the warmup (a resume restores the loader before; inf: no step limit)."""
+    total = functools.cache(total_steps)
+
+    def progress(step: int) -> tuple[bool, float]:
+        if step < warmup_steps:
+            return True, (step + 1) / warmup_steps
+        done = step - warmup_steps
+        if not decays or done <= 0:
+            return False, 0.0
+        return False, min(1.0, done / max(1, total() - warmup_steps))
+
+    return progress
 
 
 def optimizer_with_schedule(
@@ -114,18 +109,10 @@ def optimizer_with_schedule(
 
     callbacks = trainer.callbacks if trainer is not None else []
     budget = next((c for c in callbacks if isinstance(c, TimeBudget)), None)
-    progress = warmup = None
-    steps, share = hp.warmup_steps, hp.warmup_share
+    progress = by_steps(hp.warmup_steps, total, hp.schedule in ("cosine", "wsd"))
     if budget is not None:
-        progress = functools.partial(budget.decay_progress, warmup_steps=steps, warmup_share=share)
-        if share is not None:
-
-            def warmup(step: int) -> tuple[bool, float | None]:
-                return budget.warming_up(step, steps, share), budget.warmup_progress(share)
-
-    factor = lr_lambda(
-        hp.schedule, steps, total, hp.min_lr_ratio, progress, warmup, hp.cooldown_share
-    )
+        progress = budget.schedule(progress, hp.warmup_steps, hp.warmup_share)
+    factor = lr_lambda(hp.schedule, hp.warmup_steps, hp.min_lr_ratio, progress, hp.cooldown_share)
     # interval "step": stepped once per optimizer step, so right under gradient accumulation.
     scheduler = {"scheduler": LambdaLR(optimizer, factor), "interval": "step"}
     return {"optimizer": optimizer, "lr_scheduler": scheduler}
