@@ -79,6 +79,79 @@ def test_the_readme_is_a_front_door() -> None:
     assert "../shared" not in text  # a user's clone has no ../shared
 
 
+def test_the_readmes_line_counts_are_the_codes() -> None:
+    """ "about N lines ... (about M)": the package and train.py, and the core, within 5%."""
+    text = README.read_text(encoding="utf-8")
+    found = re.search(r"about ([\d,]+) lines of .*?\(about ([\d,]+)\)", text, re.S)
+    assert found, "the README's opening no longer states its line counts"
+
+    def lines(paths: list[Path]) -> int:
+        return sum(len(p.read_text(encoding="utf-8").splitlines()) for p in paths)
+
+    package = [*(ROOT / "seq2seq").rglob("*.py"), ROOT / "train.py"]
+    core = list((ROOT / "seq2seq" / "core").rglob("*.py"))
+    for said, counted in ((found[1], lines(package)), (found[2], lines(core))):
+        assert abs(int(said.replace(",", "")) - counted) <= 0.05 * counted, (said, counted)
+
+
+# Settings docs/guarantees.md shows misspelled, as the refusals they get.
+SHOWN_REFUSED = ("model.net.n_layers", "data.corpus.train_siz", "trainer.max_epoch")
+
+
+def test_every_setting_the_docs_name_exists() -> None:
+    """Every model.*, data.*, trainer.* and callbacks.* key the pages name is one a config
+    composes (any group's choice) or one a resume may change; NAME is a placeholder."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from seq2seq.training.preflight import RESUME_MAY_CHANGE
+
+    known: set[str] = set(RESUME_MAY_CHANGE)
+
+    def walk(prefix: str, node: object) -> None:
+        known.add(prefix)
+        if isinstance(node, dict):
+            for key, value in node.items():
+                walk(f"{prefix}.{key}" if prefix else str(key), value)
+
+    with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
+        for group in ("data", "experiment", "trainer", "callbacks", "model"):
+            for choice in sorted(p.stem for p in (CONFIG_DIR / group).glob("*.yaml")):
+                config = compose("train", overrides=[f"{group}={choice}"])
+                walk("", OmegaConf.to_container(config, resolve=False))
+    named = re.compile(r"(?<![\w./+-])((?:model\.(?:net|training|decoding)|data|trainer|callbacks)"
+                       r"\.[A-Za-z_][\w.]*[A-Za-z_0-9])")  # fmt: skip
+    guarantees = (ROOT / "docs" / "guarantees.md").read_text(encoding="utf-8")
+    assert all(f"+{key}" in guarantees for key in SHOWN_REFUSED)
+    unknown = {
+        (page.name, key)
+        for page in PAGES
+        for key in named.findall(page.read_text(encoding="utf-8"))
+        if key not in known and key not in SHOWN_REFUSED and not key.endswith(("NAME", ".py", ".md"))
+    }
+    assert not unknown, f"settings the docs name that no config has: {sorted(unknown)}"
+
+
+def test_run_paths_in_commands_are_where_their_experiment_writes() -> None:
+    """`experiment=E ... outputs/X/runs`: X is E's task_name (a real-text run goes to
+    outputs/tatoeba_en_fr/..., not outputs/train/...); every outputs/X/runs is some config's."""
+    task_names = {"train"}
+    of = {}
+    for path in (CONFIG_DIR / "experiment").glob("*.yaml"):
+        found = re.search(r"^task_name: (\S+)", path.read_text(encoding="utf-8"), re.M)
+        of[path.stem] = found[1] if found else "train"
+        task_names.add(of[path.stem])
+    for command in all_commands():
+        where = re.findall(r"outputs/([\w<>-]+)/runs", command)
+        experiment = re.search(r"\bexperiment=(\w+)", command)
+        for name in where:
+            assert name in task_names, f"{command}: no config writes outputs/{name}/runs"
+            if experiment and experiment[1] in of:
+                assert name == of[experiment[1]], (
+                    f"{command}: writes to outputs/{of[experiment[1]]}"
+                )
+
+
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
 def test_every_link_and_picture_resolves(page: Path) -> None:
     text = page.read_text(encoding="utf-8")
@@ -235,13 +308,14 @@ def user_files(args: list[str], where: Path) -> None:
 
 def as_plain_run(command: str, run: Path) -> list[str]:
     """The overrides of a command, a sweep's first job's (-m a=1,2 -> a=1), placeholders
-    (<run>, <best.ckpt>) given a finished run."""
+    (outputs/TASK/runs/<run>, <best.ckpt>) given a finished run."""
     args = [a for a in shlex.split(command)[2:] if a not in ("--cfg", "job")]  # prints, no more
     if "-m" in args:
         args.remove("-m")
         args = [a if "[" in a else re.sub(r"=([^,]*),.*", r"=\1", a) for a in args]
     best = str(next((run / "checkpoints").glob("epoch*.ckpt")))
-    names = {"outputs/train/runs/<run>": str(run), "<best.ckpt>": best, "CKPT": best}
+    names = {"<best.ckpt>": best, "CKPT": best}
+    args = [re.sub(r"outputs/\w+/runs/<run>", lambda m: str(run), a) for a in args]  # any task's
     return [re.sub("|".join(map(re.escape, names)), lambda m: names[m[0]], a) for a in args]
 
 
