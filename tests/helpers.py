@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -278,3 +279,38 @@ class ServeProcess:
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
         return self.process.wait(timeout=60)
+
+
+def need(module: str):
+    """The module, or a skip of the test module where it is not installed (a failure in CI)."""
+    try:
+        return __import__(module)
+    except ImportError:
+        if os.environ.get("CI"):
+            raise
+        pytest.skip(
+            f"{module} is not installed (pip install -e '.[serve]')", allow_module_level=True
+        )
+
+
+def one_line_error(response, status: int) -> str:
+    """The one-line error a response with this status holds."""
+    assert response.status_code == status, response.text
+    body = response.json()
+    assert set(body) == {"error"} and "\n" not in body["error"], body
+    return body["error"]
+
+
+def snapshot(directory: Path) -> dict[str, tuple[int, int]]:
+    return {str(p): (p.stat().st_size, p.stat().st_mtime_ns) for p in directory.rglob("*")}
+
+
+def refused(args: list[str], run_dir: Path, monkeypatch, capsys) -> str:
+    """Run `python train.py ARGS` in run_dir's parent; it must exit 1 with one line and leave
+    every file where and as it was."""
+    before = snapshot(run_dir.parent)
+    assert run_train_cli(args, run_dir.parent, monkeypatch) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: "), err
+    assert snapshot(run_dir.parent) == before
+    return err[0]

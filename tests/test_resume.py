@@ -1,16 +1,13 @@
 """Resume: a run killed with SIGKILL mid-epoch, resumed from its last checkpoint with nothing
 but `resume=RUN` on the command line, ends exactly where an uninterrupted run ends; a resume that
 would change the run, or from a checkpoint that holds no training state, is refused and writes
-nothing. Replay: a budgeted run stopped and resumed, trained again with `replay=RUN`, gives its
-metrics and weights bit for bit; a replay that cannot repeat its run is refused in one line."""
+nothing; a run made before a setting existed resumes with it off. (A budgeted run resumed, and
+replay=RUN: tests/test_clock.py.)"""
 
 from __future__ import annotations
 
 import csv
-import io
-import itertools
 import json
-import logging
 import os
 import signal
 import subprocess
@@ -20,10 +17,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import ROOT, budgeted_run, compose_train, run_train_cli
+from helpers import ROOT, compose_train, refused, run_train_cli
 
-from seq2seq import metric_names
-from seq2seq.run_dir import RunDir
 from train import train
 
 # An experiment with overrides of its own, as users run them: 512 examples in batches of 32,
@@ -480,26 +475,11 @@ def ended_run(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Path:
     return run_dir
 
 
-def snapshot(directory: Path) -> dict[str, tuple[int, int]]:
-    return {str(p): (p.stat().st_size, p.stat().st_mtime_ns) for p in directory.rglob("*")}
-
-
 @pytest.fixture
 def run_copy(ended_run: Path, tmp_path: Path) -> Path:
     import shutil
 
     return Path(shutil.copytree(ended_run, tmp_path / "run"))
-
-
-def refused(args: list[str], run_dir: Path, monkeypatch, capsys) -> str:
-    """Run `python train.py ARGS` in run_dir's parent; it must exit 1 with one line and leave
-    every file where and as it was."""
-    before = snapshot(run_dir.parent)
-    assert run_train_cli(args, run_dir.parent, monkeypatch) == 1
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("error: "), err
-    assert snapshot(run_dir.parent) == before
-    return err[0]
 
 
 CHANGES = [
@@ -674,192 +654,6 @@ def test_a_checkpoint_without_a_training_state_is_refused_before_anything_is_wri
     assert message in refused([target], run_copy, monkeypatch, capsys)
 
 
-# --- a run with a time budget, stopped past its middle and resumed ------------------------------
-
-BUDGET_SECONDS, VALIDATIONS = 20, 4
-BUDGETED = [
-    *budgeted_run(BUDGET_SECONDS, VALIDATIONS),
-    "callbacks.step_checkpoint.every_n_train_steps=5",  # the test watches the budget's clock
-]
-
-
-def budget_state(path: Path) -> tuple[int, float, dict]:
-    """(step, training seconds, TimeBudget's state) saved in a checkpoint."""
-    checkpoint = torch.load(path, weights_only=True, map_location="cpu")
-    callbacks = checkpoint["callbacks"]
-    return (
-        checkpoint["global_step"],
-        callbacks["Timer"]["time_elapsed"]["train"],
-        callbacks["TimeBudget"],
-    )
-
-
-def learning_rates(metrics_csv: Path) -> list[float]:
-    with open(metrics_csv) as f:
-        return [float(r["lr-AdamW/pg1"]) for r in csv.DictReader(f) if r.get("lr-AdamW/pg1")]
-
-
-@pytest.fixture(scope="module")
-def budgeted_resumed(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> dict:
-    """A budgeted run (BUDGETED) stopped by SIGTERM once it has trained past the middle of
-    its budget with dropout decided, then resumed with `resume=RUN` to its end: the run
-    directory, the state at the stop, the resume's summary and its log."""
-    tmp_path = tmp_path_factory.mktemp("budgeted")
-    run_dir = tmp_path / "run"
-    process = subprocess.Popen(
-        [sys.executable, str(ROOT / "train.py"), *BUDGETED, f"paths.data_dir={data_dir}",
-         f"hydra.run.dir={run_dir}"],
-        cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    last = run_dir / "checkpoints" / "last.ckpt"
-    deadline = time.monotonic() + 240
-    while time.monotonic() < deadline and process.poll() is None:
-        try:  # past the middle of the budget, and dropout decided
-            _, seconds, state = budget_state(last)
-            if seconds >= BUDGET_SECONDS / 2 and state["dropout_off_at"] is not None:
-                break
-        except Exception:  # not written yet
-            pass
-        time.sleep(0.05)
-    process.send_signal(signal.SIGTERM)
-    _, err = process.communicate(timeout=120)
-    assert process.returncode == 128 + 15, err[-3000:]
-    stopped = budget_state(last)
-
-    cfg = compose_train(tmp_path, data_dir, [*BUDGETED, f"resume={run_dir}"])
-    cfg.paths.output_dir = str(run_dir)
-    log = io.StringIO()
-    handler = logging.StreamHandler(log)
-    root = logging.getLogger()
-    level, root.level = root.level, logging.INFO
-    root.addHandler(handler)
-    try:
-        summary = train(cfg)
-    finally:
-        root.removeHandler(handler)
-        root.setLevel(level)
-    return {"run_dir": run_dir, "stopped": stopped, "summary": summary, "log": log.getvalue(),
-            "cfg": cfg}  # fmt: skip
-
-
-def test_a_budgeted_run_stopped_past_its_middle_resumes_as_it_would_have_gone_on(
-    budgeted_resumed: dict,
-) -> None:
-    """The budget's decisions survive SIGTERM and `resume=RUN`: the cosine goes on down from
-    where it was (not back up from the peak: the warmup's end is kept), dropout stays as the
-    first validation decided (off, at its step), the validation clock counts from the resume
-    (no validation at once), and the whole run, resume and test included, fits the budget."""
-    from seq2seq.curves import read_metrics, training_time_at
-
-    run_dir, summary, cfg = (budgeted_resumed[k] for k in ("run_dir", "summary", "cfg"))
-    stopped_step, stopped_at, decided = budgeted_resumed["stopped"]
-    assert stopped_at >= BUDGET_SECONDS / 2 and decided["dropout_off_at"] is not None, decided
-    assert decided["warmup_end"] is not None  # the warmup (by the clock, 20%) was over
-
-    before = learning_rates(run_dir / "csv" / "version_0" / "metrics.csv")
-    after = learning_rates(run_dir / "csv" / "version_1" / "metrics.csv")
-    # The decay goes on from where it stopped, down to its end at the new stop.
-    assert after[0] <= before[-1] + 1e-12, (before[-3:], after[:3])
-    assert all(b <= a + 1e-12 for a, b in itertools.pairwise(after))
-    end = cfg.model.training.lr * 0.1
-    assert end - 1e-12 <= after[-1] <= 2 * end, (after[-1], end)
-    # Dropout stays as decided before the stop: not decided again after it.
-    final_step, final_seconds, state = budget_state(Path(summary["last_checkpoint"]))
-    assert (state["paced_at"], state["dropout_off_at"]) == (
-        decided["paced_at"], decided["dropout_off_at"]
-    )  # fmt: skip
-    assert "is off from step" not in budgeted_resumed["log"]
-    # The clock counts from the resume: the first validation after it comes an interval of
-    # training later, or at the stop if that is nearer (which validates anyway).
-    rows = read_metrics(run_dir)
-    resumed = [r for r in rows if r["step"] >= stopped_step]
-    validated = [r["step"] for r in resumed if "val/exact_match" in r]
-    first = training_time_at(resumed, validated[:1])[0]
-    interval = BUDGET_SECONDS / VALIDATIONS
-    assert first - stopped_at >= 0.5 * min(interval, final_seconds - stopped_at), (
-        first, stopped_at, final_seconds
-    )  # fmt: skip
-    assert final_step > stopped_step + 5
-    # The whole run, the first start's training time included, and the test fit the budget.
-    used = float(budgeted_resumed["log"].split("Time budget: used ")[1].split(" s")[0])
-    assert used <= BUDGET_SECONDS, used
-
-
-def metrics_without_time(run_dir: Path) -> list[dict[str, str]]:
-    """Every row of every start's metrics.csv, with the training time's column left out."""
-    rows = []
-    for path in RunDir(run_dir).metrics_files():
-        with open(path) as f:
-            rows += [
-                {k: v for k, v in row.items() if k != metric_names.TIME and v != ""}
-                for row in csv.DictReader(f)
-            ]
-    return rows
-
-
-def test_replay_trains_a_budgeted_run_again_to_the_same_metrics_and_weights(
-    budgeted_resumed: dict, tmp_path: Path, monkeypatch, capsys
-) -> None:
-    """`python train.py replay=RUN` on the budgeted run that was stopped and resumed: the
-    clock's decisions come from RUN's record (every step's reading, the validations, dropout
-    off, the stop), so every metric of every step and the final weights are RUN's, bit for bit,
-    although this run's own clock (another pace: it runs alone, in this process) differs."""
-    run_dir = budgeted_resumed["run_dir"]
-    record = json.loads((run_dir / "clock.json").read_text())
-    assert (
-        record["ended_at"]
-        == record["stopped_at"]
-        == budget_state(run_dir / "checkpoints" / "last.ckpt")[0]
-    )
-    assert record["dropout_off_at"] == record["paced_at"] == record["validations"][0]
-    assert record["warmup_ended_at"] < record["schedule_ended_at"] == record["stopped_at"]
-    replayed = tmp_path / "replayed"
-    args = [f"replay={run_dir}", f"hydra.run.dir={replayed}"]
-    assert run_train_cli(args, tmp_path, monkeypatch) == 0, capsys.readouterr().err
-    assert metrics_without_time(replayed) == metrics_without_time(run_dir)
-    weights = [
-        torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
-        for run in (run_dir, replayed)
-    ]
-    assert weights[0].keys() == weights[1].keys()
-    assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
-    again = json.loads((replayed / "clock.json").read_text())
-    assert {k: v for k, v in again.items() if k != "commit"} == {
-        k: v for k, v in record.items() if k != "commit"
-    }
-
-
-def test_a_replay_that_cannot_repeat_its_run_is_refused_in_one_line(
-    budgeted_resumed: dict, ended_run: Path, tmp_path: Path, monkeypatch, capsys
-) -> None:
-    """replay=RUN is refused before anything is written, in one line that says why and what to
-    do: a run with no clock record (no budget, or made before), a run whose training did not
-    end, a record of another version or not readable, a changed setting, train=false."""
-    import shutil
-
-    run = Path(shutil.copytree(budgeted_resumed["run_dir"], tmp_path / "budgeted"))
-    clock = run / "clock.json"
-    record = json.loads(clock.read_text())
-
-    def refusal(*args: str) -> str:
-        return refused([*args, f"hydra.run.dir={tmp_path / 'replayed'}"], run, monkeypatch, capsys)
-
-    assert "the run recorded no clock decisions" in refusal(f"replay={ended_run}")
-    assert "is not a run directory" in refusal(f"replay={tmp_path / 'nowhere'}")
-    changed = refusal(f"replay={run}", "model.training.lr=1e-2")
-    assert "model.training.lr=0.01 differs from the replayed run (model.training.lr=" in changed
-    assert "check out the commit the run was made at (" in changed  # the record names it
-    assert "drop train=false" in refusal(f"replay={run}", "train=false")
-    clock.write_text(json.dumps({**record, "ended_at": None}))
-    assert f"did not end (its record stops at step {record['stopped_at']})" in refusal(
-        f"replay={run}"
-    )
-    clock.write_text(json.dumps({**record, "version": 99}))
-    assert "is version 99 of the record, this code reads version 1" in refusal(f"replay={run}")
-    clock.write_text(json.dumps(record)[:100])
-    assert "cannot be read" in refusal(f"replay={run}")
-
-
 def test_a_run_with_early_stopping_made_before_its_check_setting_resumes(
     tmp_path: Path, data_dir: Path, monkeypatch, capsys
 ) -> None:
@@ -989,28 +783,3 @@ def test_a_run_lacking_every_setting_added_since_9855e30_resumes(
     config = checks.flatten(resumed["run_config"])
     assert config["data.bpe_dropout"] == 0.0 and config["model.net.qk_norm"] is False
     assert config["model.training.optimizer"] == "adamw" and config["validations"] is None
-
-
-def test_a_run_its_budget_ended_resumes_with_a_longer_one_and_spends_it(
-    budgeted_resumed: dict, tmp_path: Path, data_dir: Path
-) -> None:
-    """The budgeted run, ended by its 20 s budget, resumed with trainer.max_time of 26 s: it
-    trains on (it is not over at once, nor started again) to within the new budget, and the
-    schedule is the longer budget's: its cosine, from where 26 s put it, down to its end at the
-    new stop."""
-    import shutil
-
-    run_dir = Path(shutil.copytree(budgeted_resumed["run_dir"], tmp_path / "run"))
-    ended_step, ended_seconds, _ = budget_state(run_dir / "checkpoints" / "last.ckpt")
-    longer = [*BUDGETED, "trainer.max_time=00:00:00:26", f"resume={run_dir}"]
-    cfg = compose_train(tmp_path, data_dir, longer)
-    cfg.paths.output_dir = str(run_dir)
-    summary = train(cfg)
-    step, seconds, _ = budget_state(Path(summary["last_checkpoint"]))
-    assert step > ended_step + 5 and ended_seconds < seconds <= 26, (step, seconds)
-    assert summary["test"]  # and it tested within the budget
-    rates = learning_rates(sorted((run_dir / "csv").glob("version_*/metrics.csv"))[-1])
-    floor = cfg.model.training.lr * 0.1  # min_lr_ratio
-    assert max(rates) > 2 * floor  # back up the cosine to where the longer budget has it
-    assert all(b <= a + 1e-12 for a, b in itertools.pairwise(rates[1:]))  # then down
-    assert floor - 1e-12 <= rates[-1] <= 1.1 * floor, (rates[-1], floor)

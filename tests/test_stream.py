@@ -144,7 +144,7 @@ r"\(gzip\) cannot give: decompress it": {"file": str(gz)},
     for message, files in cases.items():
         with pytest.raises(ValueError, match=message):
             corpus = ParallelFiles(files, held, held, streaming=True)
-            LineBlocks(*corpus.train_files(), tmp_path / "data")
+            corpus.train_stream(tmp_path / "data")
     with pytest.raises(ValueError, match=r"needs data\.corpus\.test files: a stream is read"):
         ParallelFiles({"file": str(tsv)}, held, streaming=True)
     with pytest.raises(ValueError, match=r"data\.corpus\.streaming must be one of"):

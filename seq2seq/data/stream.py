@@ -91,6 +91,11 @@ class StreamBatches(IterableDataset):
 
     def _pool(self, epoch: int, pool: int) -> list[list[dict[str, Any]]]:
         """This process's batches of one pool, in the order given."""
+        return self._batches(self._read(epoch, pool), epoch, pool)
+
+    def _read(self, epoch: int, pool: int) -> list[dict[str, Any]]:
+        """One pool's examples ({"src_ids", "tgt_ids"}): its blocks read in file order,
+        tokenized, the empty pairs and those over max_length dropped (counted)."""
         if self._order[0] != (self.seed, epoch):  # the epoch's block order, drawn once
             rng = np.random.default_rng([self.seed, epoch])
             self._order = ((self.seed, epoch), rng.permutation(len(self.blocks)))
@@ -109,6 +114,14 @@ class StreamBatches(IterableDataset):
             counts["empty"] += len(pairs) - len(filled)
             counts["long"] += len(filled) - len(examples)
             counts["pairs"] += len(examples)
+        return examples
+
+    def _batches(
+        self, examples: list[dict[str, Any]], epoch: int, pool: int
+    ) -> list[list[dict[str, Any]]]:
+        """A pool's examples cut into this process's batches, as BucketBatchSampler cuts its
+        pools: shuffled, sorted by length (stable), cut under max_tokens, the batches shuffled,
+        evened out over the processes; every draw seeded by (seed, epoch, pool)."""
         rng = np.random.default_rng([self.seed, epoch, pool])
         shuffled = rng.permutation(len(examples))
         lengths = np.array([max(len(e["src_ids"]), len(e["tgt_ids"]) + 1) for e in examples])

@@ -22,7 +22,7 @@ import json
 import logging
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import pyarrow.compute as pc
@@ -31,7 +31,7 @@ from datasets import DatasetDict
 
 from seq2seq import checks
 from seq2seq.data.corpora.blocks import LineBlocks
-from seq2seq.data.corpora.common import Corpus, CorpusWithTokenizers
+from seq2seq.data.corpora.common import Corpus, CorpusWithTokenizers, StreamedCorpus
 from seq2seq.data.datamodule import Seq2SeqDataModule
 from seq2seq.data.text_splits import SPLIT_OFF, TextSplitter, keep, lengths, select
 from seq2seq.data.tokenizer import (
@@ -114,6 +114,56 @@ def _tokenizer_config(tokenizer: dict[str, Any] | None, corpus: Corpus) -> dict[
     return config
 
 
+class TrainingText(Protocol):
+    """The training text the tokenizers are fitted on: `key` names it for the tokenizers'
+    cache; sample(size) gives texts(column) -> that column's texts of at most `size` pairs drawn
+    with the seed, a one-item list that holds how many pairs (once read), and of how many (None
+    where all were used); `blocks` is a stream's files by block (None: cached whole)."""
+
+    key: Any
+    blocks: LineBlocks | None
+
+    def sample(self, size: int | None) -> tuple[Any, list[int], Any]: ...
+
+
+class CachedText:
+    """The training split, cached whole (a dataset)."""
+
+    def __init__(self, dataset: Any, seed: int) -> None:
+        self.dataset, self.seed, self.blocks = dataset, seed, None
+        self.key = dataset._fingerprint
+
+    def sample(self, size: int | None) -> tuple[Any, list[int], Any]:
+        train, sample = self.dataset, self.dataset
+        if size is not None and size < len(train):
+            drawn = np.random.default_rng(self.seed).choice(len(train), size, False)
+            sample = select(train, np.sort(drawn))  # in order: the file is read front to back
+        every = len(sample) == len(train)
+        return (lambda column: _texts(sample, column)), [len(sample)], None if every else len(train)
+
+
+class StreamedText:
+    """A streamed corpus's training files, by block: sampled as whole blocks drawn at random,
+    with no pass over the corpus."""
+
+    def __init__(self, blocks: LineBlocks, seed: int) -> None:
+        self.blocks, self.seed = blocks, seed
+        self.key = ["stream", blocks.key, seed]
+
+    def sample(self, size: int | None) -> tuple[Any, list[int], Any]:
+        pairs = [0]
+
+        def streamed(column: str) -> Iterator[str]:
+            pairs[0] = 0
+            for pair in self.blocks.sample(size, self.seed):
+                if pair["src"] and pair["tgt"]:
+                    pairs[0] += 1
+                    yield pair[column]
+
+        every = size is None or size >= self.blocks.lines
+        return streamed, pairs, None if every else f"{self.blocks.lines} lines"
+
+
 class TranslationDataModule(Seq2SeqDataModule):
     """Text pairs from a corpus, with tokenizers fitted on its training split (or the
     corpus's own).
@@ -192,13 +242,13 @@ class TranslationDataModule(Seq2SeqDataModule):
         self.val_size, self.test_size, self.seed = val_size, test_size, seed
         self.split_by = checks.choice("data.split_by", split_by, SPLIT_BY)
         self.dedupe = checks.choice("data.dedupe", dedupe, (True, False))
-        self.streaming = bool(getattr(corpus, "streaming", False))
-        if self.streaming and dedupe:
+        streamed = isinstance(corpus, StreamedCorpus)
+        if streamed and dedupe:
             raise ValueError(
                 "data.dedupe=true needs the whole training split at once, which "
                 "data.corpus.streaming=true never holds: set data.dedupe=false"
             )
-        if self.streaming and num_workers:
+        if streamed and num_workers:
             raise ValueError(
                 f"data.num_workers={num_workers}: a streamed corpus is read and tokenized by the "
                 "training process itself (a pool of batches at a time): set data.num_workers=0"
@@ -206,8 +256,8 @@ class TranslationDataModule(Seq2SeqDataModule):
 
     def load_splits(self) -> DatasetDict:
         # The tokenizers are fitted on the training text, so they exist from here on.
-        text = self._load_text()
-        train = self.train_blocks if self.streaming else text["train"]
+        text, train = self._load_text()
+        self.train_blocks = train.blocks
         self.src_vocab, self.tgt_vocab = self._fit(train)
         return text
 
@@ -262,19 +312,21 @@ class TranslationDataModule(Seq2SeqDataModule):
                     split, sum(counts), sum(1 for n in counts if n),
                 )  # fmt: skip
 
-    def _load_text(self) -> DatasetDict:
+    def _load_text(self) -> tuple[DatasetDict, TrainingText]:
+        """The text splits to tokenize, and the training text the tokenizers are fitted on (the
+        training split itself, or a streamed corpus's files)."""
         with self.phases("read"):
             loaded = self.corpus.load(self.data_dir)
-        if self.streaming:
+        if isinstance(self.corpus, StreamedCorpus):
             with self.phases("index the training files"):
-                files = self.corpus.train_files()  # type: ignore[attr-defined]
-                self.train_blocks = LineBlocks(*files, self.data_dir)
+                blocks = self.corpus.train_stream(self.data_dir)
             log.info(
                 "train: streamed from its files, %d lines in %d blocks, read as it trains "
-                "(data.corpus.streaming)", self.train_blocks.lines, len(self.train_blocks),
+                "(data.corpus.streaming)", blocks.lines, len(blocks),
             )  # fmt: skip
             with self.phases("clean"):
-                return DatasetDict({split: self._filled(split, loaded[split]) for split in loaded})
+                held = {split: self._filled(split, loaded[split]) for split in loaded}
+            return DatasetDict(held), StreamedText(blocks, self.seed)
         sizes = {}
         for split, size in (("test", self.test_size), ("validation", self.val_size)):
             name = f"data.{'val' if split == 'validation' else 'test'}_size"
@@ -286,7 +338,8 @@ class TranslationDataModule(Seq2SeqDataModule):
                 )
             sizes[split] = SPLIT_OFF if size is None else size
         splitter = TextSplitter(self.dedupe, sizes, self.split_by, self.seed, self.phases)
-        return splitter(loaded, self.data_dir)
+        text = splitter(loaded, self.data_dir)
+        return text, CachedText(text["train"], self.seed)
 
     @staticmethod
     def _filled(split: str, dataset: Any) -> Any:
@@ -301,14 +354,14 @@ class TranslationDataModule(Seq2SeqDataModule):
             )
         return keep(dataset, filled)
 
-    def _fit(self, train: Any) -> tuple[Tokenizer, Tokenizer]:
-        """The corpus's own tokenizers, or source and target tokenizers fitted on train (a
-        dataset, or a stream's blocks; or read from the cache)."""
+    def _fit(self, train: TrainingText) -> tuple[Tokenizer, Tokenizer]:
+        """The corpus's own tokenizers, or source and target tokenizers fitted on the training
+        text (or read from the cache)."""
         config = self.tokenizer_config
         if config is None:
             return self.corpus.tokenizers()
-        data = ["stream", train.key, self.seed] if self.streaming else train._fingerprint
-        key = hashlib.sha256(json.dumps([data, config], sort_keys=True).encode()).hexdigest()[:16]
+        key = json.dumps([train.key, config], sort_keys=True)
+        key = hashlib.sha256(key.encode()).hexdigest()[:16]
         paths = [Path(self.data_dir) / "tokenizers" / f"{key}-{side}.json" for side in "st"]
         if all(p.is_file() for p in paths):
             with self.phases("tokenizers, cached"):
@@ -317,9 +370,9 @@ class TranslationDataModule(Seq2SeqDataModule):
             return self._fit_and_save(train, config, paths)
 
     def _fit_and_save(
-        self, train: Any, config: dict[str, Any], paths: list[Path]
+        self, train: TrainingText, config: dict[str, Any], paths: list[Path]
     ) -> tuple[Tokenizer, Tokenizer]:
-        texts, pairs, total = self._sample(train, config["sample"])
+        texts, pairs, total = train.sample(config["sample"])
 
         def fit(*columns: str) -> Tokenizer:
             chained = (text for column in columns for text in texts(column))
@@ -344,26 +397,3 @@ class TranslationDataModule(Seq2SeqDataModule):
         # of the tokenizers, and a freshly fitted one hashes otherwise than itself read back,
         # so the second start tokenized everything again (bench/scale.py).
         return load_tokenizer(paths[0]), load_tokenizer(paths[1])
-
-    def _sample(self, train: Any, size: int | None) -> tuple[Any, list[int], Any]:
-        """What the tokenizers are fitted on: texts(column) -> that column's texts of at most
-        `size` training pairs drawn with the seed; a one-item list that holds how many pairs
-        (once read); and of how many (a stream's: its lines), None where all were used."""
-        if self.streaming:  # whole blocks drawn at random: no pass over the corpus
-            pairs = [0]
-
-            def streamed(column: str) -> Iterator[str]:
-                pairs[0] = 0
-                for pair in train.sample(size, self.seed):
-                    if pair["src"] and pair["tgt"]:
-                        pairs[0] += 1
-                        yield pair[column]
-
-            every = size is None or size >= train.lines
-            return streamed, pairs, None if every else f"{train.lines} lines"
-        sample = train
-        if size is not None and size < len(train):
-            drawn = np.random.default_rng(self.seed).choice(len(train), size, False)
-            sample = select(train, np.sort(drawn))  # in order: the file is read front to back
-        every = len(sample) == len(train)
-        return (lambda column: _texts(sample, column)), [len(sample)], None if every else len(train)

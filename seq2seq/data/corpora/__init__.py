@@ -5,7 +5,9 @@ A corpus (the Corpus protocol) has one method, ``load(data_dir) -> DatasetDict``
 (the data module splits off any that are missing). Pairs are NFC-normalised and stripped; the
 data module drops empty ones and counts them. A corpus whose tokens are known in advance
 (SymbolTask; the CorpusWithTokenizers protocol) also has ``tokenizers() -> (source, target)``;
-the others' are fitted on the training split.
+the others' are fitted on the training split. A corpus whose training split is read as it
+trains (StreamedFiles, what ParallelFiles(streaming=True) makes; the StreamedCorpus protocol)
+also has ``train_stream(data_dir)``, and its load() gives the held-out splits alone.
 
     SymbolTask    copy, reverse or sort symbols: "3 9 4" -> "4 9 3" (its own fixed tokenizers)
     NumberWords   "three hundred and forty-seven" -> "dreihundertsiebenundvierzig" (num2words)
@@ -22,10 +24,12 @@ from seq2seq.data.corpora.common import (
     SPLITS,
     Corpus,
     CorpusWithTokenizers,
+    StreamedCorpus,
     check_sizes,
     population_split,
 )
-from seq2seq.data.corpora.files import ParallelFiles, aligned_pairs, read_lines, table_pairs
+from seq2seq.data.corpora.files import ParallelFiles, StreamedFiles
+from seq2seq.data.corpora.formats import aligned_pairs, read_lines, table_pairs
 from seq2seq.data.corpora.generated import Dates, NumberWords, date_text, number_text
 from seq2seq.data.corpora.hub import HubCorpus
 from seq2seq.data.corpora.symbols import SymbolTask
@@ -38,6 +42,8 @@ __all__ = [
     "HubCorpus",
     "NumberWords",
     "ParallelFiles",
+    "StreamedCorpus",
+    "StreamedFiles",
     "SymbolTask",
     "aligned_pairs",
     "check_sizes",

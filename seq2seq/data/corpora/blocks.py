@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from seq2seq.data.corpora.files import (
+from seq2seq.data.corpora.formats import (
     check_streamable,
     jsonl_pair,
     row_pair,

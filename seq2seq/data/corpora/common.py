@@ -1,4 +1,5 @@
-"""What every corpus shares: what a corpus is (Corpus, CorpusWithTokenizers), the split names,
+"""What every corpus shares: what a corpus is (Corpus, CorpusWithTokenizers, StreamedCorpus), the
+split names,
 datasets built from a generator with our own errors passed through (generated corpora and files
 are cached this way), and the population split of the generated corpora (held-out items drawn
 first)."""
@@ -15,6 +16,7 @@ from datasets import Dataset, DatasetDict
 from seq2seq import checks
 
 if TYPE_CHECKING:
+    from seq2seq.data.corpora.blocks import LineBlocks
     from seq2seq.data.tokenizer import Tokenizer
 
 SPLITS = ("train", "validation", "test")
@@ -35,6 +37,15 @@ class CorpusWithTokenizers(Corpus, Protocol):
     its tokenizers instead of fitting any, and refuses a data.tokenizer setting."""
 
     def tokenizers(self) -> tuple[Tokenizer, Tokenizer]: ...
+
+
+@runtime_checkable
+class StreamedCorpus(Corpus, Protocol):
+    """A corpus whose training split is read as it trains, a block of lines at a time, never
+    cached whole (ParallelFiles with data.corpus.streaming=true): load() gives its held-out
+    splits alone, and train_stream() its training split's files by block."""
+
+    def train_stream(self, data_dir: Path) -> LineBlocks: ...
 
 
 def from_generator(generator: Callable, cache_dir: Path, **gen_kwargs: Any) -> Dataset:
