@@ -38,9 +38,7 @@ from seq2seq.training.preflight import (
     check_config,
     check_output_dir,
     check_same_model,
-    checkpoint_to_resume,
     evaluation_config,
-    replay_record,
 )
 from seq2seq.training.report import report
 
@@ -78,7 +76,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         without_weight_averaging,
     )
     from seq2seq.training.memory import keep_freed_memory
-    from seq2seq.training.pick import SearchGrid, pick_search, record_in_checkpoint
+    from seq2seq.training.pick import pick_search, record_in_checkpoint
 
     if logging.getLogger().handlers:
         # `import lightning` adds its own console handler, and its records also reach the
@@ -90,9 +88,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         evaluation_config(cfg, command_line_keys())  # the checkpoint's data, unless given
     log.info("Instantiating data <%s>", cfg.data._target_)
     # Before the data is made: bad values fail at once.
-    datamodule = check_config(cfg, command_line_keys())
+    datamodule, resume_from, replayed, grid = check_config(cfg, command_line_keys())
     module = build_module(cfg, *datamodule.tokenizers())
-    resume_from = checkpoint_to_resume(cfg) if cfg.train else None
     if resume_from:
         check_same_model(resume_from, module)
     if cfg.train:
@@ -100,7 +97,6 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         check_output_dir(Path(cfg.paths.output_dir), module, resuming, cfg.average_last)
 
     callbacks = instantiate_group(cfg.get("callbacks"), "callback")
-    replayed = replay_record(cfg, command_line_keys())
     if replayed is not None:
         budget = next((c for c in callbacks if isinstance(c, TimeBudget)), None)
         if budget is None:
@@ -160,7 +156,6 @@ def train(cfg: DictConfig) -> dict[str, Any]:
                 )  # fmt: skip
             elif tested is None:
                 log.warning("No checkpoint was saved; testing the weights in memory")
-        grid = SearchGrid.from_config(cfg.get("pick_search"))
         if grid.active:
             monitor = OmegaConf.select(cfg, "callbacks.model_checkpoint.monitor")
             picked = pick_search(trainer, module, datamodule, grid, monitor, weights=tested)

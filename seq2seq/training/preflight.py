@@ -14,7 +14,7 @@ import os
 import re
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
@@ -32,20 +32,30 @@ PRECISIONS = (
 MAX_TIME = re.compile(r"^\d+:\d\d:\d\d:\d\d$")  # DD:HH:MM:SS, as Lightning parses it
 
 
-def check_config(cfg: DictConfig, given: set[str] = frozenset()) -> Any:
-    """Every value of the run config that can be checked without reading data; returns the
-    (not yet set up) data module, which a bad data value fails to construct. given: the keys
-    the command line sets (a resume or replay reads the settings its run lacks as off, but
-    for these)."""
+class Checked(NamedTuple):
+    """What checking a run config found, for train() to use rather than find again: the (not
+    yet set up) data module, the checkpoint a resume starts from, the clock record a replay
+    repeats (None: neither), and the searches pick_search tries after training."""
+
+    datamodule: Any
+    resume_from: str | None
+    replayed: Any
+    grid: SearchGrid
+
+
+def check_config(cfg: DictConfig, given: set[str] = frozenset()) -> Checked:
+    """Every value of the run config that can be checked without reading data, a bad data
+    value failing to construct the data module. given: the keys the command line sets (a
+    resume or replay reads the settings its run lacks as off, but for these)."""
     check_model_config(cfg.model)
     check_settings_known(cfg)
     check_trainer_config(cfg.trainer)
     resume_from = checkpoint_to_resume(cfg)
     if resume_from and cfg.train:
         check_resume(cfg, resume_from, given)
-    replay_record(cfg, given)
+    replayed = replay_record(cfg, given)
     checks.integer("average_last", cfg.get("average_last", 0), minimum=0)
-    SearchGrid.from_config(cfg.get("pick_search"))  # its values, before the data is made
+    grid = SearchGrid.from_config(cfg.get("pick_search"))  # its values, before the data is made
     if cfg.get("validations") is not None:
         checks.integer("validations", cfg.validations, minimum=1)
     ema = OmegaConf.select(cfg, "callbacks.ema")
@@ -63,7 +73,7 @@ def check_config(cfg: DictConfig, given: set[str] = frozenset()) -> Any:
     datamodule = instantiate(cfg.data)
     if cfg.train:
         check_model_fits_data(cfg.model.net.max_positions, datamodule)
-    return datamodule
+    return Checked(datamodule, resume_from if cfg.train else None, replayed, grid)
 
 
 def evaluation_config(cfg: DictConfig, given: set[str]) -> None:
