@@ -88,8 +88,12 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         evaluation_config(cfg, command_line_keys())  # the checkpoint's data, unless given
     log.info("Instantiating data <%s>", cfg.data._target_)
     # Before the data is made: bad values fail at once.
-    datamodule, resume_from, replayed, grid = check_config(cfg, command_line_keys())
+    datamodule, resume_from, replayed, grid, init_from = check_config(cfg, command_line_keys())
     module = build_module(cfg, *datamodule.tokenizers())
+    if init_from and not resume_from:  # a resume's checkpoint holds the weights it reached
+        from seq2seq.training.module import start_from
+
+        start_from(module, init_from)
     if resume_from:
         check_same_model(resume_from, module)
     if cfg.train:

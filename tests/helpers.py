@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import os
 import sys
 from collections.abc import Iterator
@@ -314,3 +315,18 @@ def refused(args: list[str], run_dir: Path, monkeypatch, capsys) -> str:
     assert len(err) == 1 and err[0].startswith("error: "), err
     assert snapshot(run_dir.parent) == before
     return err[0]
+
+
+def metrics_without_time(run_dir: Path) -> list[dict[str, str]]:
+    """Every row of every start's metrics.csv, with the training time's column left out."""
+    from seq2seq import metric_names
+    from seq2seq.run_dir import RunDir
+
+    rows = []
+    for path in RunDir(run_dir).metrics_files():
+        with open(path) as f:
+            rows += [
+                {k: v for k, v in row.items() if k != metric_names.TIME and v != ""}
+                for row in csv.DictReader(f)
+            ]
+    return rows

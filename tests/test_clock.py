@@ -25,14 +25,13 @@ from helpers import (
     budgeted_run,
     clocked_budget,
     compose_train,
+    metrics_without_time,
     refused,
     run_train_cli,
 )
 from hydra.utils import instantiate
 
-from seq2seq import metric_names
 from seq2seq.inspect import report as inspect_report
-from seq2seq.run_dir import RunDir
 from train import train
 
 SMALL_DATA = ["data.corpus.train_size=256", "data.corpus.val_size=32", "data.corpus.test_size=32"]
@@ -511,18 +510,6 @@ def test_a_budgeted_run_stopped_past_its_middle_resumes_as_it_would_have_gone_on
     # The whole run, the first start's training time included, and the test fit the budget.
     used = float(budgeted_resumed["log"].split("Time budget: used ")[1].split(" s")[0])
     assert used <= BUDGET_SECONDS, used
-
-
-def metrics_without_time(run_dir: Path) -> list[dict[str, str]]:
-    """Every row of every start's metrics.csv, with the training time's column left out."""
-    rows = []
-    for path in RunDir(run_dir).metrics_files():
-        with open(path) as f:
-            rows += [
-                {k: v for k, v in row.items() if k != metric_names.TIME and v != ""}
-                for row in csv.DictReader(f)
-            ]
-    return rows
 
 
 def test_replay_trains_a_budgeted_run_again_to_the_same_metrics_and_weights(

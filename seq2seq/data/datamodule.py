@@ -135,6 +135,8 @@ class Seq2SeqDataModule(L.LightningDataModule):
         # A streamed training split (data.corpus.streaming): its files by block; None: the
         # training split is in self.splits, cached whole.
         self.train_blocks: Any = None
+        # The (source, target) tokenizers to use rather than fit (init_from: a checkpoint's).
+        self.kept_tokenizers: tuple[Any, Any] | None = None
         self.phases = Phases()  # of the last preparation: bench/scale.py reads them
 
     @property

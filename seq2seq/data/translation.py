@@ -358,6 +358,8 @@ class TranslationDataModule(Seq2SeqDataModule):
         """The corpus's own tokenizers, or source and target tokenizers fitted on the training
         text (or read from the cache)."""
         config = self.tokenizer_config
+        if self.kept_tokenizers is not None:
+            return self._kept(train)
         if config is None:
             return self.corpus.tokenizers()
         key = json.dumps([train.key, config], sort_keys=True)
@@ -368,6 +370,28 @@ class TranslationDataModule(Seq2SeqDataModule):
                 return load_tokenizer(paths[0]), load_tokenizer(paths[1])
         with self.phases("fit tokenizers"):
             return self._fit_and_save(train, config, paths)
+
+    def _kept(self, train: TrainingText) -> tuple[Tokenizer, Tokenizer]:
+        """The tokenizers given (a checkpoint's, init_from), with what they make of this corpus:
+        a corpus with tokenizers of its own must have the same; others are cut by them as they
+        are (the lengths below say how long its sentences become)."""
+        src, tgt = self.kept_tokenizers
+        if self.tokenizer_config is None and self.corpus.tokenizers() != (src, tgt):
+            raise ValueError(
+                f"{type(self.corpus).__name__}'s tokens are not those of the model fine-tuned "
+                "(init_from): its vocabulary differs; fine-tune on a corpus the model's "
+                "tokenizers can cut"
+            )
+        texts, pairs, _ = train.sample(2000)
+        encoded = src.encode_batch(list(texts("src")))
+        lengths = [len(ids) for ids in encoded]
+        unknown = sum(ids.count(src.unk_id) for ids in encoded)
+        log.info(
+            "Tokenizers kept from the model fine-tuned (init_from), not fitted: %s source "
+            "tokens a sentence on %d training pairs, %d unknown (%s, %d tokens)",
+            f"{sum(lengths) / max(len(lengths), 1):.1f}", pairs[0], unknown, src.kind, len(src),
+        )  # fmt: skip
+        return src, tgt
 
     def _fit_and_save(
         self, train: TrainingText, config: dict[str, Any], paths: list[Path]

@@ -253,6 +253,20 @@ def module_from_checkpoint(checkpoint: dict[str, Any], path: str | Path):
     return module.eval()
 
 
+def start_from(module: Seq2SeqModule, path: str | Path) -> None:
+    """init_from=CKPT: the new run's network takes CKPT's weights (every tensor, of the same
+    shapes: preflight gave the run CKPT's network settings and tokenizers); the optimizer, the
+    schedule and the budget are the new run's own."""
+    checkpoint = load_checkpoint(path)
+    weights = checkpoint["state_dict"]
+    network = {k.removeprefix("model."): v for k, v in weights.items() if k.startswith("model.")}
+    load_weights(module.model, network, path, others=[])
+    log.info(
+        "Fine-tuning: the network starts from %s (its step %s); a fresh optimizer and schedule",
+        path, checkpoint.get("global_step", "?"),
+    )  # fmt: skip
+
+
 def load_for_evaluation(path: str | Path, tokenizers: tuple[Any, Any], decoding: dict[str, Any]):
     """The module of a checkpoint to test on the data (train=false): its tokenizers must be
     the data's; everything is the checkpoint's (its decoding settings too, a picked search

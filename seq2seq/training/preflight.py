@@ -41,12 +41,14 @@ class Checked(NamedTuple):
     resume_from: str | None
     replayed: Any
     grid: SearchGrid
+    init_from: str | None  # the checkpoint a new run starts from (fine-tuning), None: from scratch
 
 
 def check_config(cfg: DictConfig, given: set[str] = frozenset()) -> Checked:
     """Every value of the run config that can be checked without reading data, a bad data
     value failing to construct the data module. given: the keys the command line sets (a
     resume or replay reads the settings its run lacks as off, but for these)."""
+    initial = initial_model(cfg, given)  # init_from: its network settings set before the checks
     check_model_config(cfg.model)
     check_settings_known(cfg)
     check_trainer_config(cfg.trainer)
@@ -71,9 +73,75 @@ def check_config(cfg: DictConfig, given: set[str] = frozenset()) -> Checked:
     if not cfg.train and not cfg.get("ckpt_path"):
         raise ValueError("train=false needs a checkpoint to evaluate: add ckpt_path=PATH")
     datamodule = instantiate(cfg.data)
+    if initial is not None:
+        # The checkpoint's tokenizers, not ones fitted on this corpus (a resume's are its own).
+        datamodule.kept_tokenizers = initial
     if cfg.train:
         check_model_fits_data(cfg.model.net.max_positions, datamodule)
-    return Checked(datamodule, resume_from if cfg.train else None, replayed, grid)
+    init_from = cfg.get("init_from") if initial is not None else None
+    return Checked(datamodule, resume_from if cfg.train else None, replayed, grid, init_from)
+
+
+# What fine-tuning (init_from=CKPT) may set otherwise than the checkpoint's network: its
+# regularisation. Every other model.net setting is the checkpoint's: the weights fit no other.
+INIT_MAY_CHANGE = ("dropout",)
+
+
+def initial_model(cfg: DictConfig, given: set[str] = frozenset()) -> tuple[Any, Any] | None:
+    """With init_from=CKPT: the run's model.net set to CKPT's (a setting the command line gives
+    otherwise refused in one line, INIT_MAY_CHANGE aside) and CKPT's tokenizers, which the run
+    keeps; None without init_from."""
+    from seq2seq.checkpoint import CheckpointError, load_checkpoint
+    from seq2seq.data.tokenizer import tokenizer_from_dict
+    from seq2seq.hparams import NET_KEYS, complete_hparams
+
+    path = cfg.get("init_from")
+    if not path:
+        return None
+    if not cfg.train:
+        raise ValueError(
+            f"init_from={path} starts a new training run: drop train=false (to test a "
+            "checkpoint, give ckpt_path=PATH alone)"
+        )
+    if cfg.get("ckpt_path"):
+        raise ValueError(
+            f"init_from={path} starts a new run from its weights and ckpt_path={cfg.ckpt_path} "
+            "continues a run from its own: give one of them"
+        )
+    try:
+        saved = load_checkpoint(path, mmap=True)["hyper_parameters"]
+        complete_hparams(saved.get("net"), saved.get("training"), saved.get("decoding"))
+        defaults = _net_defaults()  # an option newer than CKPT: it had it off
+        net = {name: saved["net"].get(name, defaults.get(name)) for name in NET_KEYS}
+        tokenizers = (tokenizer_from_dict(saved["src_vocab"]),
+                      tokenizer_from_dict(saved["tgt_vocab"]))  # fmt: skip
+    except CheckpointError as error:
+        raise ValueError(f"init_from={path}: {error}") from None
+    except (KeyError, TypeError) as error:
+        raise ValueError(
+            f"init_from={path} holds no model this version can start from ({error}): give a "
+            "checkpoint a training run wrote"
+        ) from None
+    tokenizer_keys = sorted(k for k in given if k.startswith(("data.tokenizer.", "data.bpe_")))
+    if tokenizer_keys:
+        raise ValueError(
+            f"{tokenizer_keys[0]} would fit new tokenizers, but fine-tuning keeps {path}'s (the "
+            "weights know no other tokens): drop it"
+        )
+    with open_dict(cfg):
+        for name, value in net.items():
+            key = f"model.net.{name}"
+            now = OmegaConf.select(cfg, key)
+            if key in given and name in INIT_MAY_CHANGE:
+                continue
+            if key in given and now != value:
+                may = ", ".join(f"model.net.{n}" for n in INIT_MAY_CHANGE)
+                raise ValueError(
+                    f"{key}={now} cannot change when fine-tuning from {path} (its {name} is "
+                    f"{value}): drop it (only {may} may)"
+                )
+            OmegaConf.update(cfg, key, value, merge=False)
+    return tokenizers
 
 
 def evaluation_config(cfg: DictConfig, given: set[str]) -> None:
@@ -301,6 +369,7 @@ ADDED_SETTINGS: dict[str, Any] = {
     "pick_search.metric": None,
     "callbacks.time_budget.test": True,  # time kept for the test, as before test=false existed
     "callbacks.time_budget.pick_search": None,
+    "init_from": None,  # a run from scratch
     # Validations at epoch ends, where both checks follow the validation: checked after it.
     "callbacks.early_stopping.check_on_train_epoch_end": False,
 }
