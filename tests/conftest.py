@@ -126,3 +126,25 @@ def trained(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> tuple[d
     ]
     cfg = compose_train(tmp_path, data_dir, overrides)
     return train(cfg), cfg
+
+
+def _untracked(root: Path) -> set[str] | None:
+    """The checkout's untracked files that git does not ignore (None outside a git checkout)."""
+    if not (root / ".git").exists() or shutil.which("git") is None:
+        return None
+    listed = subprocess.run(["git", "-C", str(root), "ls-files", "--others", "--exclude-standard"],
+                            capture_output=True, text=True, check=False)  # fmt: skip
+    return set(listed.stdout.splitlines()) if listed.returncode == 0 else None
+
+
+@pytest.fixture(scope="session", autouse=True)
+def the_checkout_stays_clean():
+    """No test leaves a file in the checkout (a run's output, a validation's pairs): every test
+    writes under its tmp_path. Checked once the session's tests are done."""
+    root = Path(__file__).resolve().parents[1]
+    before = _untracked(root)
+    yield
+    after = _untracked(root)
+    if before is not None and after is not None:
+        left = sorted(after - before)
+        assert not left, f"the tests left files in the checkout: {left[:5]}"

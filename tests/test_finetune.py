@@ -16,11 +16,17 @@ TRAINED_DATA = ["data.corpus.max_length=6", "data.corpus.train_size=4000",
                 "data.corpus.val_size=200", "data.corpus.test_size=500"]  # fmt: skip
 
 
-def validation_of(module, datamodule) -> dict[str, float]:
+def validation_of(module, datamodule, where: Path) -> dict[str, float]:
     import lightning as L
 
-    trainer = L.Trainer(logger=False, enable_progress_bar=False, enable_model_summary=False,
-                        enable_checkpointing=False, accelerator="cpu")  # fmt: skip
+    trainer = L.Trainer(
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+        accelerator="cpu",
+        default_root_dir=where,
+    )  # fmt: skip  (what validation writes goes there)
     return trainer.validate(module, datamodule=datamodule, verbose=False)[0]
 
 
@@ -38,13 +44,13 @@ def test_at_step_0_a_fine_tuned_run_is_the_checkpoint(trained, tmp_path, data_di
     assert checked.init_from == ckpt and checked.resume_from is None
     module = build_module(cfg, *checked.datamodule.tokenizers())
     start_from(module, ckpt)
-    ours = validation_of(module, checked.datamodule)
-    theirs = validation_of(Seq2SeqModule.load_from_checkpoint(ckpt), checked.datamodule)
+    ours = validation_of(module, checked.datamodule, tmp_path)
+    theirs = validation_of(Seq2SeqModule.load_from_checkpoint(ckpt), checked.datamodule, tmp_path)
     assert ours.keys() == theirs.keys() and "val/loss" in ours
     for name, value in theirs.items():
         assert ours[name] == pytest.approx(value, rel=1e-6, abs=1e-7), name
     fresh = build_module(cfg, *checked.datamodule.tokenizers())  # without CKPT's weights
-    assert validation_of(fresh, checked.datamodule)["val/loss"] > ours["val/loss"] + 0.5
+    assert validation_of(fresh, checked.datamodule, tmp_path)["val/loss"] > ours["val/loss"] + 0.5
 
 
 def test_a_fine_tuned_run_trains_on_another_corpus_replays_and_resumes(
