@@ -35,6 +35,7 @@ from recipe import (
     test_figures,
     train_py,
     training_figures,
+    write_joined,
 )
 
 OUT = ROOT / "bench" / "out" / "finetune"
@@ -62,14 +63,8 @@ def joined_from_run(run: Path, out: Path) -> dict[str, Path]:
     out.mkdir(parents=True, exist_ok=True)
     for split, chosen in (("test", test), ("validation", rest[:HELD_OUT]),
                           ("train", rest[HELD_OUT:])):  # fmt: skip
-        joined = [chosen[i : i + JOIN] for i in range(0, len(chosen) - JOIN + 1, JOIN)]
-        part = files[split].with_suffix(".part")
-        with part.open("w", encoding="utf-8", newline="") as f:
-            writer = csv.writer(f, delimiter="\t", lineterminator="\n")
-            writer.writerow(["en", "fr"])
-            writer.writerows([" ".join(p[0] for p in g), " ".join(p[1] for p in g)] for g in joined)
-        part.rename(files[split])
-        print(f"{split}: {len(chosen):,} pairs -> {len(joined):,} joined", flush=True)
+        joined = write_joined(chosen, files[split])
+        print(f"{split}: {len(chosen):,} pairs -> {joined:,} joined", flush=True)
     return files
 
 

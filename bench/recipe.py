@@ -157,14 +157,23 @@ def joined_corpus(reverse: bool) -> dict[str, Path]:
     folder.mkdir(parents=True, exist_ok=True)
     for split, rows in splits.items():
         rng.shuffle(rows)
-        joined = [rows[i : i + JOIN] for i in range(0, len(rows) - JOIN + 1, JOIN)]
-        part = files[split].with_suffix(".part")
-        with part.open("w", encoding="utf-8", newline="") as f:
-            writer = csv.writer(f, delimiter="\t", lineterminator="\n")
-            writer.writerow(["en", "fr"])
-            writer.writerows([" ".join(p[0] for p in g), " ".join(p[1] for p in g)] for g in joined)
-        part.rename(files[split])
+        write_joined(rows, files[split])
     return files
+
+
+def write_joined(pairs: list[tuple[str, str]], path: Path) -> int:
+    """The pairs joined JOIN at a time, in order (a remainder left out), as a TSV file with an
+    en/fr header, written whole; returns how many joined pairs."""
+    import csv
+
+    joined = [pairs[i : i + JOIN] for i in range(0, len(pairs) - JOIN + 1, JOIN)]
+    part = path.with_suffix(".part")
+    with part.open("w", encoding="utf-8", newline="") as f:
+        writer = csv.writer(f, delimiter="\t", lineterminator="\n")
+        writer.writerow(["en", "fr"])
+        writer.writerows([" ".join(p[0] for p in g), " ".join(p[1] for p in g)] for g in joined)
+    part.rename(path)
+    return len(joined)
 
 
 def every_nth(path: Path, every: int) -> Path:

@@ -56,13 +56,13 @@ def test_at_step_0_a_fine_tuned_run_is_the_checkpoint(trained, tmp_path, data_di
 def test_a_fine_tuned_run_trains_on_another_corpus_replays_and_resumes(
     trained, tmp_path, data_dir, monkeypatch, capsys
 ) -> None:
-    """The copy model fine-tuned on the reverse task under a 4 s budget: it starts from the
+    """The copy model fine-tuned on the reverse task under a 3 s budget: it starts from the
     checkpoint's weights (its first loss is the copy model's, not a fresh one's), replay=RUN
     trains it again to the same metrics and weights, and resume=RUN with a longer budget goes
     on from its own last checkpoint, not from CKPT again."""
     ckpt = trained[0]["best_checkpoint"]
     run = tmp_path / "tuned"
-    tune = [*budgeted_run(4, validations=2), "data=reverse", f"init_from={ckpt}",
+    tune = [*budgeted_run(3, validations=2), "data=reverse", f"init_from={ckpt}",
             f"paths.data_dir={data_dir}"]  # fmt: skip
     assert run_train_cli([*tune, f"hydra.run.dir={run}"], tmp_path, monkeypatch) == 0
     rows = metrics_without_time(run)
@@ -77,7 +77,7 @@ def test_a_fine_tuned_run_trains_on_another_corpus_replays_and_resumes(
                for r in (run, replayed)]  # fmt: skip
     assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
     before = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["global_step"]
-    longer = [f"resume={run}", "trainer.max_time=00:00:00:06"]
+    longer = [f"resume={run}", "trainer.max_time=00:00:00:04"]
     assert run_train_cli(longer, tmp_path, monkeypatch) == 0, capsys.readouterr().err
     after = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["global_step"]
     assert after > before

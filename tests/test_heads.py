@@ -438,7 +438,7 @@ def test_a_reverse_model_trained_here_aligns_the_anti_diagonal_and_an_untrained_
 
     overrides = ["data=reverse", "model=tiny", "trainer=cpu", "logger=none",
                  "data.corpus.max_length=6", "data.corpus.train_size=4000",
-                 "data.corpus.val_size=100", "data.corpus.test_size=100", "trainer.max_epochs=6",
+                 "data.corpus.val_size=100", "data.corpus.test_size=100", "trainer.max_epochs=4",
                  "model.training.lr=3e-3", "model.training.warmup_steps=50"]  # fmt: skip
     engine = Engine(train(compose_train(tmp_path, data_dir, overrides))["best_checkpoint"])
     texts = [" ".join(random.Random(i).choices("0123456789", k=2 + i % 5)) for i in range(40)]
