@@ -158,3 +158,32 @@ class SlowEngine:
             raise RuntimeError("the search broke")
         self.decoded.extend(s.ids for s in sentences)
         return self.engine.generate(sentences, search, seed, stop)
+
+
+def test_an_error_for_a_job_nobody_awaits_is_never_logged_as_unretrieved() -> None:
+    """A search stopped because its client left resolves the job's future with the error; the
+    request no longer awaits it, and asyncio would log "Future exception was never retrieved"
+    with a traceback once the future is collected (a real server printed one under attack).
+    A job still awaited gets its error as before."""
+    import asyncio
+    import gc
+
+    from seq2seq.core.decoding import SearchStopped
+    from seq2seq.serve.batcher import Job
+
+    loop = asyncio.new_event_loop()
+    reported: list[dict] = []
+    loop.set_exception_handler(lambda _, context: reported.append(context))
+    try:
+        left = Job([], None, loop.create_future(), loop, cancelled=True)
+        left.resolve(error=SearchStopped("the search was stopped after 9 steps"))
+        waited = Job([], None, loop.create_future(), loop)
+        waited.resolve(error=SearchStopped("stopped"))
+        loop.run_until_complete(asyncio.sleep(0))
+        with pytest.raises(SearchStopped):
+            loop.run_until_complete(waited.future)
+        del left
+        gc.collect()
+    finally:
+        loop.close()
+    assert not [c for c in reported if "never retrieved" in c.get("message", "")], reported

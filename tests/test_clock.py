@@ -457,6 +457,15 @@ def budgeted_resumed(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -
     cfg.paths.output_dir = str(run_dir)
     log = io.StringIO()
     handler = logging.StreamHandler(log)
+    handler.setLevel(logging.INFO)
+    # The loggers whose lines the tests read, as a fresh process has them (an earlier test in
+    # this worker may have left one quieter: seen once, the budget's lines all missing).
+    names = ("seq2seq", "seq2seq.training", "seq2seq.training.callbacks", "train")
+    loggers = [logging.getLogger(name) for name in names]
+    saved = [(lg, lg.level, lg.disabled, lg.propagate) for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.NOTSET)
+        lg.disabled, lg.propagate = False, True
     root = logging.getLogger()
     level, root.level = root.level, logging.INFO
     root.addHandler(handler)
@@ -465,6 +474,9 @@ def budgeted_resumed(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -
     finally:
         root.removeHandler(handler)
         root.setLevel(level)
+        for lg, lg_level, disabled, propagate in saved:
+            lg.setLevel(lg_level)
+            lg.disabled, lg.propagate = disabled, propagate
     return {"run_dir": run_dir, "stopped": stopped, "summary": summary, "log": log.getvalue(),
             "cfg": cfg}  # fmt: skip
 

@@ -82,6 +82,8 @@ class Job:
                 return
             if error is not None:
                 self.future.set_exception(error)
+                if self.expired():  # its client left or its deadline passed: nobody awaits it
+                    self.future.exception()  # read here, or asyncio logs it as never retrieved
             else:
                 self.future.set_result(value)
 
