@@ -38,7 +38,7 @@ SMALL_DATA = ["data.corpus.train_size=256", "data.corpus.val_size=32", "data.cor
 
 # --- a run with a time budget, stopped past its middle and resumed ------------------------------
 
-BUDGET_SECONDS, VALIDATIONS = 20, 4
+BUDGET_SECONDS, VALIDATIONS = 16, 4
 
 
 def test_a_budgeted_run_with_the_warmup_stable_decay_schedule_holds_its_peak_then_ends_low(
@@ -592,20 +592,20 @@ def test_a_replay_that_cannot_repeat_its_run_is_refused_in_one_line(
 def test_a_run_its_budget_ended_resumes_with_a_longer_one_and_spends_it(
     budgeted_resumed: dict, tmp_path: Path, data_dir: Path
 ) -> None:
-    """The budgeted run, ended by its 20 s budget, resumed with trainer.max_time of 26 s: it
+    """The budgeted run, ended by its 16 s budget, resumed with trainer.max_time of 22 s: it
     trains on (it is not over at once, nor started again) to within the new budget, and the
-    schedule is the longer budget's: its cosine, from where 26 s put it, down to its end at the
+    schedule is the longer budget's: its cosine, from where 22 s put it, down to its end at the
     new stop."""
     import shutil
 
     run_dir = Path(shutil.copytree(budgeted_resumed["run_dir"], tmp_path / "run"))
     ended_step, ended_seconds, _ = budget_state(run_dir / "checkpoints" / "last.ckpt")
-    longer = [*BUDGETED, "trainer.max_time=00:00:00:26", f"resume={run_dir}"]
+    longer = [*BUDGETED, "trainer.max_time=00:00:00:22", f"resume={run_dir}"]
     cfg = compose_train(tmp_path, data_dir, longer)
     cfg.paths.output_dir = str(run_dir)
     summary = train(cfg)
     step, seconds, _ = budget_state(Path(summary["last_checkpoint"]))
-    assert step > ended_step + 5 and ended_seconds < seconds <= 26, (step, seconds)
+    assert step > ended_step + 5 and ended_seconds < seconds <= 22, (step, seconds)
     assert summary["test"]  # and it tested within the budget
     rates = learning_rates(sorted((run_dir / "csv").glob("version_*/metrics.csv"))[-1])
     floor = cfg.model.training.lr * 0.1  # min_lr_ratio
