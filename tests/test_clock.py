@@ -612,3 +612,25 @@ def test_a_run_its_budget_ended_resumes_with_a_longer_one_and_spends_it(
     assert max(rates) > 2 * floor  # back up the cosine to where the longer budget has it
     assert all(b <= a + 1e-12 for a, b in itertools.pairwise(rates[1:]))  # then down
     assert floor - 1e-12 <= rates[-1] <= 1.1 * floor, (rates[-1], floor)
+
+
+def test_a_resume_never_reads_less_progress_than_its_checkpoint_recorded() -> None:
+    """Resumed under the same budget the clock goes on from the progress the checkpoint had
+    recorded, though the reserve (a tenth of the budget until the first validation) makes the
+    same training time read as less: the learning rate never goes back up. Under a longer
+    budget it reads the longer one's progress, which is less: the schedule is put back."""
+    from types import SimpleNamespace
+
+    from seq2seq.training.callbacks import TimeBudget
+    from seq2seq.training.lightning_fields import LightningTimer
+
+    def resumed(budget: float) -> TimeBudget:
+        callback = TimeBudget()
+        callback.load_state_dict({"warmup_end": 0.2, "budget": 100.0, "progress": {10: 0.6}})
+        timer = SimpleNamespace(time_elapsed=lambda stage: 45.0, _duration=budget)
+        callback.start(LightningTimer(timer), SimpleNamespace(global_step=11))
+        callback.on_train_start(None, SimpleNamespace(model=None))
+        return callback
+
+    assert resumed(100.0).progress() == 0.6  # 45 s of the 90 the reserve leaves: 0.5, not less
+    assert resumed(120.0).progress() == pytest.approx(45 / 108)  # the longer budget's own

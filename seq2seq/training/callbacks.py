@@ -263,6 +263,7 @@ class TimeBudget(Callback):
         self._validation_started: float | None = None
         self._train_seconds: float | None = None
         self._warmup_end: float | None = None  # progress() when the warmup ended
+        self._restored_budget: float | None = None  # a resumed checkpoint's budget
 
     @property
     def active(self) -> bool:
@@ -378,6 +379,7 @@ class TimeBudget(Callback):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._warmup_end = state_dict.get("warmup_end")
+        self._restored_budget = state_dict.get("budget")  # on_fit_start sets the record's anew
         # Decided before the resume: at paced_at (checkpoints from before it was saved hold
         # only dropout_off_at, set where the decision turned dropout off).
         self.record = ClockRecord.from_state(state_dict)
@@ -393,6 +395,8 @@ class TimeBudget(Callback):
         if not self.active:
             return
         self.clock.validated()  # a resume counts the interval from here
+        if self.record.progress and self._restored_budget == self._budget:  # a longer budget
+            self.clock.resumed(max(self.record.progress.values()))  # puts the schedule back
         if self.record.dropout_off_at is not None:  # turned off before the checkpoint resumed
             pl_module.model.set_dropout(0.0)
 

@@ -152,6 +152,9 @@ class Clock(Protocol):
     def validated(self) -> None:
         """A validation (or the start of training) ended now."""
 
+    def resumed(self, progress: float) -> None:
+        """Training goes on from a checkpoint whose clock had read `progress`."""
+
     def timer_stopped(self) -> bool:
         """Whether Lightning's Timer ended fit at the budget (a step outran the reserve)."""
 
@@ -190,6 +193,12 @@ class LiveClock:
 
     def validated(self) -> None:
         self._last_validation = self.timer.elapsed()
+
+    def resumed(self, progress: float) -> None:
+        # Never back: the reserve is reckoned anew after a resume (a tenth of the budget until
+        # the first validation), which could read the same training time as less progress and
+        # send the learning rate back up.
+        self._progress = max(self._progress, progress)
 
     def timer_stopped(self) -> bool:
         return self.timer.elapsed() >= self.budget
@@ -236,6 +245,9 @@ class RecordedClock:
 
     def validated(self) -> None:
         pass
+
+    def resumed(self, progress: float) -> None:
+        pass  # the record's readings are the run's
 
     def timer_stopped(self) -> bool:
         return False  # released: the record's stop is the stop
