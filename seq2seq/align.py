@@ -41,22 +41,12 @@ Gold = tuple[Spans, Spans, Links, Links]
 
 def word_of(texts: list[str], joined: bool) -> list[int | None]:
     """The word each token belongs to (None: a token of spaces only). joined: the tokens' texts
-    make the text (byte-level BPE, characters), a word beginning at a token that begins with
-    a space; otherwise (words, symbols) each token is a word."""
+    make the text (byte-level BPE, characters), a word being what lies between spaces (as
+    token_units reads it); otherwise (words, symbols) each token is a word."""
     if not joined:
         return list(range(len(texts)))
-    out: list[int | None] = []
-    word, ended = -1, True
-    for text in texts:
-        if not text.strip():
-            out.append(None)
-            ended = True
-            continue
-        if ended or text[0].isspace():
-            word += 1
-        out.append(word)
-        ended = text[-1].isspace()
-    return out
+    text = "".join(texts)
+    return token_units(texts, text, _word_spans(text))  # the text is the tokens': never None
 
 
 def links(weights: Any, src_words: list[int | None], tgt_words: list[int | None]) -> Links:
