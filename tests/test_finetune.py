@@ -59,8 +59,10 @@ def test_a_fine_tuned_run_trains_on_another_corpus_replays_and_resumes(
     """The copy model fine-tuned on the reverse task under a 3 s budget: it starts from the
     checkpoint's weights (its first loss is the copy model's, not a fresh one's), replay=RUN
     trains it again to the same metrics and weights, and resume=RUN with a longer budget goes
-    on from its own last checkpoint, not from CKPT again."""
-    ckpt = trained[0]["best_checkpoint"]
+    on from its own last checkpoint, not from CKPT again, even once CKPT is gone."""
+    import shutil
+
+    ckpt = shutil.copy(trained[0]["best_checkpoint"], tmp_path / "pretrained.ckpt")
     run = tmp_path / "tuned"
     tune = [*budgeted_run(3, validations=2), "data=reverse", f"init_from={ckpt}",
             f"paths.data_dir={data_dir}"]  # fmt: skip
@@ -77,6 +79,7 @@ def test_a_fine_tuned_run_trains_on_another_corpus_replays_and_resumes(
                for r in (run, replayed)]  # fmt: skip
     assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
     before = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["global_step"]
+    Path(ckpt).unlink()  # the run's own checkpoints hold all a resume needs
     longer = [f"resume={run}", "trainer.max_time=00:00:00:04"]
     assert run_train_cli(longer, tmp_path, monkeypatch) == 0, capsys.readouterr().err
     after = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["global_step"]

@@ -109,7 +109,8 @@ def initial_model(cfg: DictConfig, given: set[str] = frozenset()) -> tuple[Any, 
             "continues a run from its own: give one of them"
         )
     try:
-        saved = load_checkpoint(path, mmap=True)["hyper_parameters"]
+        # A resume reads them from its own checkpoint, the same: CKPT may be gone since.
+        saved = load_checkpoint(checkpoint_to_resume(cfg) or path, mmap=True)["hyper_parameters"]
         complete_hparams(saved.get("net"), saved.get("training"), saved.get("decoding"))
         defaults = _net_defaults()  # an option newer than CKPT: it had it off
         net = {name: saved["net"].get(name, defaults.get(name)) for name in NET_KEYS}
