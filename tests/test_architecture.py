@@ -140,6 +140,14 @@ def test_only_the_command_line_tools_import_cli() -> None:
     assert importers, "the graph found no importer of seq2seq.cli at all"
 
 
+def test_the_run_config_is_read_at_the_door_alone() -> None:
+    """The run config (OmegaConf nodes) is read by train.py, its command-line check (launch)
+    and preflight; everything past them gets plain values (Hydra's _convert_ for what it
+    instantiates), so following a setting ends there."""
+    readers = {name for name in MODULES if "omegaconf" in {m.split(".")[0] for m in imports(name)}}
+    assert readers == {"seq2seq.training.launch", "seq2seq.training.preflight"}, sorted(readers)
+
+
 def test_nothing_in_the_package_imports_the_training_shell_but_itself() -> None:
     for name in sorted(set(MODULES) - set(TRAINING)):
         found = GRAPH[name] & set(TRAINING)

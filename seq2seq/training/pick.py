@@ -41,11 +41,8 @@ class SearchGrid:
 
     @classmethod
     def from_config(cls, given: Any) -> SearchGrid:
-        """pick_search from the run config (None or {}: off), each value checked."""
-        from omegaconf import OmegaConf
-
-        if OmegaConf.is_config(given):  # the run config's: plain lists and dicts
-            given = OmegaConf.to_container(given, resolve=True)
+        """pick_search as plain values (None or {}: off), each value checked. The run config's
+        node is made plain where the config is read (preflight, the time budget's _convert_)."""
         given = dict(given or {})
         unknown = sorted(set(given) - {"beam_sizes", "length_penalties", "metric"})
         if unknown:

@@ -57,7 +57,10 @@ def check_config(cfg: DictConfig, given: set[str] = frozenset()) -> Checked:
         check_resume(cfg, resume_from, given)
     replayed = replay_record(cfg, given)
     checks.integer("average_last", cfg.get("average_last", 0), minimum=0)
-    grid = SearchGrid.from_config(cfg.get("pick_search"))  # its values, before the data is made
+    # Its values, before the data is made; plain, so the config goes no further than here.
+    grid = SearchGrid.from_config(
+        OmegaConf.to_container(cfg.get("pick_search") or {}, resolve=True)
+    )
     if cfg.get("validations") is not None:
         checks.integer("validations", cfg.validations, minimum=1)
     ema = OmegaConf.select(cfg, "callbacks.ema")
