@@ -19,6 +19,10 @@ from seq2seq.score import BLEU_TOKENIZERS
 
 SCHEDULES = ("inverse_sqrt", "cosine", "wsd", "constant")
 OPTIMIZERS = ("adamw", "muon")
+MUON_COEFFICIENTS = ("jordan", "polar_express")
+MUON_PRECISIONS = ("auto", "bf16", "fp32")
+MUON_MAX_STEPS = 10  # each iteration costs a share of every step: a bound on what may be asked
+POLAR_EXPRESS_STEPS = 5  # the iterations its published schedule has
 
 NONFINITE_LOSS = ("stop", "skip")
 
@@ -41,6 +45,13 @@ class TrainingConfig:
     # to AdamW's size, so lr and weight_decay keep their meaning) on the encoder's and
     # decoder's weight matrices, AdamW on the embeddings, output projection, biases and norms.
     optimizer: str = "adamw"
+    # optimizer=muon: its Newton-Schulz iterations (each costs about a fifth of the five's time),
+    # their coefficients (jordan: torch's quintic each step; polar_express: Amsel et al.'s
+    # schedule, at most 5), and their precision (auto: bf16 where the hardware multiplies bf16
+    # fast, AVX-512 BF16, AMX or a GPU; fp32 elsewhere, where bf16 is several times slower).
+    muon_steps: int = 5
+    muon_coefficients: str = "jordan"
+    muon_precision: str = "auto"
     schedule: str = "inverse_sqrt"  # inverse_sqrt, cosine, wsd or constant, after the warmup
     warmup_steps: int = 100  # of linear warmup
     # With a time budget (trainer.max_time), the warmup also ends once training has taken this
@@ -56,6 +67,10 @@ class TrainingConfig:
     # (model.net.dropout) is turned off for the rest of the run if the budget buys fewer than
     # this many epochs, where a model underfits rather than overfits. None: dropout throughout.
     dropout_min_epochs: float | None = None
+    # Late dropout (Liu et al. 2023, "Dropout Reduces Underfitting"): dropout (model.net.dropout)
+    # is off until the run has trained this many epochs, then on to the end: decided by the data
+    # seen, never by the clock, so a slow start cannot change it. None: dropout from the start.
+    dropout_from_epoch: float | None = None
     label_smoothing: float = 0.1  # of the cross-entropy loss
     log_examples: int = 3  # decoded validation examples written to the log each validation
     compile: bool = False  # train with torch.compile (the model's forward; decoding is eager)
@@ -73,6 +88,15 @@ class TrainingConfig:
     def __post_init__(self) -> None:
         checks.number("model.training.lr", self.lr, low=0, low_open=True)
         checks.choice("model.training.optimizer", self.optimizer, OPTIMIZERS)
+        checks.choice("model.training.muon_coefficients", self.muon_coefficients, MUON_COEFFICIENTS)
+        checks.choice("model.training.muon_precision", self.muon_precision, MUON_PRECISIONS)
+        checks.integer("model.training.muon_steps", self.muon_steps, minimum=1)
+        most = POLAR_EXPRESS_STEPS if self.muon_coefficients == "polar_express" else MUON_MAX_STEPS
+        if self.muon_steps > most:
+            raise ValueError(
+                f"model.training.muon_steps={self.muon_steps} is more than the {most} "
+                f"muon_coefficients={self.muon_coefficients} allows; give 1 to {most}"
+            )
         betas = self.betas
         if not (
             isinstance(betas, (list, tuple))
@@ -112,6 +136,16 @@ class TrainingConfig:
             checks.number(
                 "model.training.dropout_min_epochs", self.dropout_min_epochs, low=0, low_open=True
             )
+        if self.dropout_from_epoch is not None:
+            checks.number(
+                "model.training.dropout_from_epoch", self.dropout_from_epoch, low=0, low_open=True
+            )
+            if self.dropout_min_epochs is not None:
+                raise ValueError(
+                    f"model.training.dropout_from_epoch={self.dropout_from_epoch:g} and "
+                    f"dropout_min_epochs={self.dropout_min_epochs:g} both decide dropout: set one "
+                    "of them to null"
+                )
         checks.number("model.training.label_smoothing", self.label_smoothing, 0, 1, high_open=True)
         checks.integer("model.training.log_examples", self.log_examples, minimum=0)
         checks.choice("model.training.compile", self.compile, (True, False))

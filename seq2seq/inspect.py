@@ -64,6 +64,10 @@ def report(path: str) -> dict[str, Any]:
         "global_step": checkpoint.get("global_step"),
         "has_optimizer_state": bool(checkpoint.get("optimizer_states")),
         "dropout_off_at_step": dropout_off_at,  # model_config's dropout until then
+        # Late dropout: none until this many epochs were trained, model_config's from there.
+        "dropout_from_epoch": checkpoint.get("hyper_parameters", {})
+        .get("training", {})
+        .get("dropout_from_epoch"),
         "model_config": module.config.to_dict(),
         "parameters": parameter_counts(module),
         "tokenizer": {
@@ -85,6 +89,10 @@ def print_report(info: dict[str, Any]) -> None:
         rate = info["model_config"]["dropout"]
         print(f"dropout      {rate} until step {info['dropout_off_at_step']}, then off (the time "
               "budget bought fewer epochs than model.training.dropout_min_epochs)")  # fmt: skip
+    if info["dropout_from_epoch"] is not None:
+        rate = info["model_config"]["dropout"]
+        print(f"dropout      none until {info['dropout_from_epoch']:g} epochs were trained, then "
+              f"{rate} (model.training.dropout_from_epoch)")  # fmt: skip
     tok = info["tokenizer"]
     sizes = f"source {tok['src_vocab_size']}, target {tok['tgt_vocab_size']}"
     print(f"tokenizer    {tok['kind']}: {sizes}")

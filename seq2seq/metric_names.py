@@ -22,6 +22,7 @@ CHRF = "chrf"
 
 TRAIN_LOSS_STEP = "train/loss_step"  # each step's loss (the epoch's mean is train/loss)
 TIME = "time/train_s"  # training time at each logged step, restored on a resume
+DROPOUT = "train/dropout"  # the rate at each step, where dropout_from_epoch turns it on
 LR = "lr-AdamW/pg1"  # Lightning's LearningRateMonitor: the matrices' group (weight decay)
 
 # What ranks checkpoints unless a config says otherwise (real text: val/chrf).

@@ -330,3 +330,26 @@ def metrics_without_time(run_dir: Path) -> list[dict[str, str]]:
                 for row in csv.DictReader(f)
             ]
     return rows
+
+
+class SlowFirstInterval:
+    """Test-only callback (`+callbacks.slow._target_=helpers.SlowFirstInterval`): sleeps
+    `seconds` after every training step until the first validation, as a machine shared with
+    other work for a run's first minutes is slow."""
+
+    def __new__(cls, seconds: float):  # a Lightning Callback, imported only when a run makes one
+        import time
+
+        from lightning.pytorch.callbacks import Callback
+
+        class Slow(Callback):
+            validated = False
+
+            def on_train_batch_end(self, *args: Any) -> None:
+                if not self.validated:
+                    time.sleep(seconds)
+
+            def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
+                self.validated = self.validated or not trainer.sanity_checking
+
+        return Slow()

@@ -357,6 +357,90 @@ def test_a_budget_that_buys_few_epochs_turns_dropout_off_at_the_first_validation
         TrainingConfig(dropout_min_epochs=0)
 
 
+# --- late dropout: decided by the epochs trained, never by the clock ------------------------------
+
+# budgeted_run's, with 300 training pairs in batches of 50 and late dropout instead.
+LATE = [*budgeted_run(4, 2)[3:-1], "data.corpus.train_size=300", "data.corpus.val_size=50",
+        "data.corpus.test_size=50", "data.batch_size=50",
+        "model.training.dropout_from_epoch=1"]  # fmt: skip
+LATE_ON_AT = 300 // 50  # optimizer steps in an epoch of 300 pairs, 50 a batch
+
+
+def dropout_by_step(run_dir: Path) -> dict[int, float]:
+    with open(run_dir / "csv" / "version_0" / "metrics.csv") as f:
+        rows = [r for r in csv.DictReader(f) if r.get("train/dropout")]
+    return {int(r["step"]): float(r["train/dropout"]) for r in rows}
+
+
+def test_late_dropout_turns_on_by_epochs_at_any_pace_from_any_start() -> None:
+    """model.training.dropout_from_epoch: dropout off before that many epochs (optimizer steps
+    over an epoch's, gradient accumulation counted) and on from there, at every batch; a module
+    started at a later step (a resume, a replay) decides there as the run did; a corpus of
+    unknown epoch length counts whole epochs. It cannot be set beside dropout_min_epochs, and
+    a streamed corpus, which has no epochs, refuses it in one line."""
+    from types import SimpleNamespace
+
+    from seq2seq.core.dropout import Dropout
+    from seq2seq.data.vocab import Vocabulary
+    from seq2seq.hparams import TrainingConfig
+    from seq2seq.training.module import Seq2SeqModule
+
+    vocab = Vocabulary([str(i) for i in range(10)]).to_dict()
+    net = {"d_model": 16, "num_heads": 2, "d_ff": 32, "num_encoder_layers": 1,
+           "num_decoder_layers": 1, "dropout": 0.2}  # fmt: skip
+
+    def rates_from(start_step: int, steps: int, **trainer_fields) -> list[float]:
+        module = Seq2SeqModule(net, vocab, vocab, training={"dropout_from_epoch": 1.5})
+        fields = {"num_training_batches": 10, "accumulate_grad_batches": 2, "current_epoch": 0}
+        trainer = SimpleNamespace(global_step=start_step, **{**fields, **trainer_fields})
+        module.trainer = trainer  # type: ignore[assignment]
+        out = []
+        for step in range(start_step, start_step + steps):
+            trainer.global_step = step
+            module._late_dropout()
+            out.append({m.p for m in module.model.modules() if isinstance(m, Dropout)}.pop())
+        return out
+
+    # 5 optimizer steps an epoch (10 batches, 2 accumulated): on from step 8 (1.6 epochs).
+    assert rates_from(0, 10) == [0.0] * 8 + [0.2] * 2
+    assert rates_from(9, 2) == [0.2, 0.2]  # a resume past the switch starts with dropout on
+    assert rates_from(3, 2) == [0.0, 0.0]
+    unknown = rates_from(0, 3, num_training_batches=math.inf, current_epoch=2)
+    assert unknown == [0.2] * 3  # whole epochs: 2 >= 1.5
+    with pytest.raises(ValueError, match=r"dropout_from_epoch=2 and dropout_min_epochs=6 both"):
+        TrainingConfig(dropout_from_epoch=2, dropout_min_epochs=6)
+    with pytest.raises(ValueError, match=r"model\.training\.dropout_from_epoch must be"):
+        TrainingConfig(dropout_from_epoch=0)
+
+
+def test_a_slowed_start_reaches_the_same_late_dropout_decisions_and_replay_repeats_them(
+    data_dir: Path, tmp_path: Path, monkeypatch, capsys
+) -> None:
+    """Late dropout against a slow start, as the issue that asked for it put it: a budgeted
+    run whose first validation interval is slowed many times (every step sleeps until then, as
+    other work on the machine would) turns dropout on at the same step as the run alone (where
+    its first epoch ends), though its clock validated elsewhere; and replay=RUN of the slowed run
+    trains it again to the same metrics, dropout included."""
+    late_runs = {}
+    slow = ["+callbacks.slow._target_=helpers.SlowFirstInterval", "+callbacks.slow.seconds=0.1"]
+    for name, extra in [("plain", []), ("slowed", slow)]:
+        late_runs[name] = tmp_path / name
+        args = [*LATE, *extra, f"paths.data_dir={data_dir}", f"hydra.run.dir={tmp_path / name}"]
+        assert run_train_cli(args, tmp_path, monkeypatch) == 0, capsys.readouterr().err
+    plain, slowed = (dropout_by_step(late_runs[k]) for k in ("plain", "slowed"))
+    for rates in (plain, slowed):
+        assert max(rates) > LATE_ON_AT, "the run stopped before an epoch"
+        assert {s for s, r in rates.items() if r > 0} == {s for s in rates if s >= LATE_ON_AT}
+        assert {round(r, 6) for s, r in rates.items() if s >= LATE_ON_AT} == {0.1}
+    first = [json.loads((late_runs[k] / "clock.json").read_text())["validations"][0]
+             for k in ("plain", "slowed")]  # fmt: skip
+    assert first[1] < first[0], f"the slowed run was not slower: validated first at {first}"
+    replayed = tmp_path / "replayed"
+    args = [f"replay={late_runs['slowed']}", f"hydra.run.dir={replayed}"]
+    assert run_train_cli(args, tmp_path, monkeypatch) == 0, capsys.readouterr().err
+    assert metrics_without_time(replayed) == metrics_without_time(late_runs["slowed"])
+
+
 def test_the_time_budget_keeps_for_the_test_what_its_beam_costs() -> None:
     """The reserve reckons the test from the last validation: its pairs over the pairs that
     validation decodes, a beam of k at sqrt(k) the greedy time (measured: 1.9-2x for beam 5)."""

@@ -267,6 +267,7 @@ def test_a_streamed_runs_batches_follow_its_seed(tmp_path: Path) -> None:
         (["data.num_workers=2"], "data.num_workers=2: a streamed corpus is read"),
         (["trainer.max_steps=-1"], "trainer.max_steps=N or trainer.max_time"),
         (["trainer.val_check_interval=0.5"], "val_check_interval=0.5: give"),
+        (["model.training.dropout_from_epoch=2"], "dropout_from_epoch=2 counts epochs, which"),
     ],
 )
 def test_settings_a_stream_cannot_run_with_are_refused_before_any_data_is_read(

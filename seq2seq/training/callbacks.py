@@ -427,7 +427,7 @@ class TimeBudget(Callback):
         limit = trainer.estimated_stepping_batches
         total = int(limit) if 0 <= limit < by_time else by_time
         # Optimizer steps an epoch (inf for a dataset of unknown length: epochs unknown).
-        per_epoch = trainer.num_training_batches / max(trainer.accumulate_grad_batches, 1)
+        per_epoch = steps_per_epoch(trainer)
         known = 0 < per_epoch < math.inf
         epochs = total / per_epoch if known else None
         training = pl_module.hparams["training"]
@@ -625,3 +625,9 @@ class SaveRunConfig(Callback):
 
     def on_save_checkpoint(self, trainer: Any, pl_module: Any, checkpoint: dict) -> None:
         write_run_config(checkpoint, self.run_config)
+
+
+def steps_per_epoch(trainer: Any) -> float:
+    """Optimizer steps in an epoch: its batches over gradient accumulation's (inf for a corpus
+    streamed endlessly, whose epochs have no length)."""
+    return trainer.num_training_batches / max(trainer.accumulate_grad_batches, 1)

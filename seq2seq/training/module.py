@@ -28,7 +28,7 @@ from seq2seq.core.decoding import Decodes, DecodingConfig
 from seq2seq.hparams import TrainingConfig, build_network, complete_hparams
 from seq2seq.run_dir import RunDir
 from seq2seq.score import signatures
-from seq2seq.training.callbacks import last_batch
+from seq2seq.training.callbacks import last_batch, steps_per_epoch
 from seq2seq.training.doctor import Doctor
 from seq2seq.training.metrics import (
     StageMetrics,
@@ -78,6 +78,7 @@ class Seq2SeqModule(Decodes, L.LightningModule):
         self._skipped = 0  # batches left out for a non-finite loss (on_nonfinite_loss=skip)
         self._val_decoded = 0  # examples decoded in this validation (val_decode_limit)
         self._signatures_logged = False
+        self._dropout_on: bool | None = None  # late dropout's state (None: not decided yet)
 
     @property
     def settings(self) -> TrainingConfig:
@@ -104,6 +105,26 @@ class Seq2SeqModule(Decodes, L.LightningModule):
 
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
         self.run_state.apply_rng()  # a resumed run's, where the saving run stood
+        self._late_dropout()
+
+    def _late_dropout(self) -> None:
+        """model.training.dropout_from_epoch: dropout off before that many epochs of training
+        and on from there, by the steps made (a resume or a replay at a step decides as the run
+        did there; the clock has no say)."""
+        start = self.hparams["training"].get("dropout_from_epoch")
+        if start is None:
+            return
+        epochs = epochs_trained(self.trainer)
+        on = epochs >= start
+        if on != self._dropout_on:
+            self.model.set_dropout(self.config.dropout if on else 0.0)
+            if on or self._dropout_on is not None:
+                log.info(
+                    "Late dropout: %g from step %d (%.2f epochs trained; "
+                    "model.training.dropout_from_epoch=%g)",
+                    self.config.dropout if on else 0.0, self.global_step, epochs, start,
+                )  # fmt: skip
+            self._dropout_on = on
 
     def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
         return self.model(src, tgt_in)
@@ -127,6 +148,8 @@ class Seq2SeqModule(Decodes, L.LightningModule):
         self.log(names.TRAIN_LOSS_STEP, loss, prog_bar=True, batch_size=batch["src"].size(0))
         # Training time, for curves against time (seq2seq.curves); restored on resume.
         self.log(names.TIME, self.run_state.train_seconds())
+        if self._dropout_on is not None:  # late dropout: where it turned on, in the curves
+            self.log(names.DROPOUT, self.config.dropout if self._dropout_on else 0.0)
         return loss
 
     def _non_finite(self, loss: Tensor) -> None:
@@ -282,3 +305,12 @@ def load_for_evaluation(path: str | Path, tokenizers: tuple[Any, Any], decoding:
         **{**module.hparams["decoding"], **decoding}
     ).to_dict()
     return module
+
+
+def epochs_trained(trainer: Any) -> float:
+    """Epochs of training data the optimizer steps so far have seen: the steps over an epoch's
+    (gradient accumulation counted), or whole epochs where an epoch's length is unknown."""
+    per_epoch = steps_per_epoch(trainer)
+    if 0 < per_epoch < float("inf"):
+        return trainer.global_step / per_epoch
+    return float(trainer.current_epoch)

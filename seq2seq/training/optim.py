@@ -19,6 +19,7 @@ from torch.optim.lr_scheduler import LambdaLR
 from seq2seq.hparams import TrainingConfig
 from seq2seq.training.callbacks import TimeBudget
 from seq2seq.training.clock import Progress
+from seq2seq.training.muon import Muon, dtype_for
 
 log = logging.getLogger(__name__)
 
@@ -87,15 +88,15 @@ def optimizer_with_schedule(
     if hp.optimizer == "muon":
         hidden = [p for name, p in named if is_hidden_matrix(name, p)]
         rest = [p for name, p in named if not is_hidden_matrix(name, p)]
-        optimizer: torch.optim.Optimizer = MuonWithAdamW(
-            torch.optim.Muon(
-                hidden, lr=hp.lr, weight_decay=hp.weight_decay, adjust_lr_fn="match_rms_adamw"
-            ),
-            adamw(rest, hp, fused),
-        )
+        muon = Muon(
+            hidden, lr=hp.lr, weight_decay=hp.weight_decay, steps=hp.muon_steps,
+            coefficients=hp.muon_coefficients, precision=hp.muon_precision,
+        )  # fmt: skip
+        optimizer: torch.optim.Optimizer = MuonWithAdamW(muon, adamw(rest, hp, fused))
         log.info(
-            "Muon: %d matrices (%d parameters); AdamW: %d tensors (%d parameters)",
-            len(hidden), sum(p.numel() for p in hidden),
+            "Muon: %d matrices (%d parameters), %d %s iterations in %s; AdamW: %d tensors (%d "
+            "parameters)", len(hidden), sum(p.numel() for p in hidden), hp.muon_steps,
+            hp.muon_coefficients, dtype_for(hp.muon_precision, hidden[0].device) if hidden else "-",
             len(rest), sum(p.numel() for p in rest),
         )  # fmt: skip
     else:
@@ -155,7 +156,7 @@ class MuonWithAdamW(torch.optim.Optimizer):
     take gradient accumulation, clipping and precision out of its hands.
     """
 
-    def __init__(self, muon: torch.optim.Muon, adamw: torch.optim.AdamW) -> None:
+    def __init__(self, muon: Muon, adamw: torch.optim.AdamW) -> None:
         self.muon, self.adamw = muon, adamw
         super().__init__(
             [p for g in muon.param_groups + adamw.param_groups for p in g["params"]], {}

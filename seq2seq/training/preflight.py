@@ -186,6 +186,12 @@ def check_streaming_trainer(cfg: DictConfig) -> None:
             f"trainer.val_check_interval={checks.describe(interval)}: give "
             "trainer.val_check_interval=N (batches), or validations=N with trainer.max_time"
         )
+    start = OmegaConf.select(cfg, "model.training.dropout_from_epoch")
+    if start is not None:
+        raise ValueError(
+            f"model.training.dropout_from_epoch={start} counts epochs, which "
+            "data.corpus.streaming=true does not have: set model.training.dropout_from_epoch=null"
+        )
 
 
 def check_model_config(model: DictConfig) -> None:
@@ -366,6 +372,10 @@ ADDED_SETTINGS: dict[str, Any] = {
     "model.training.optimizer": "adamw",
     "model.training.cooldown_share": None,  # the schedule's own end (wsd's default cooldown)
     "model.training.dropout_min_epochs": None,  # dropout kept however few epochs the budget buys
+    "model.training.dropout_from_epoch": None,  # dropout from the first step
+    "model.training.muon_steps": 5,  # torch's Muon: 5 of Jordan's iterations in bf16
+    "model.training.muon_coefficients": "jordan",
+    "model.training.muon_precision": "bf16",
     "model.training.warmup_share": None,  # a warmup of warmup_steps, whatever the budget
     "validations": None,  # validations at trainer.val_check_interval, not by the clock
     "pick_search.beam_sizes": None,  # no search picked after fit
@@ -373,6 +383,8 @@ ADDED_SETTINGS: dict[str, Any] = {
     "pick_search.metric": None,
     "callbacks.time_budget.test": True,  # time kept for the test, as before test=false existed
     "callbacks.time_budget.pick_search": None,
+    # Its settings reach it as plain values; before, as config nodes it made plain itself.
+    "callbacks.time_budget._convert_": "all",
     "init_from": None,  # a run from scratch
     # Validations at epoch ends, where both checks follow the validation: checked after it.
     "callbacks.early_stopping.check_on_train_epoch_end": False,
