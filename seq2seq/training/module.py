@@ -118,12 +118,12 @@ class Seq2SeqModule(Decodes, L.LightningModule):
         on = epochs >= start
         if on != self._dropout_on:
             self.model.set_dropout(self.config.dropout if on else 0.0)
-            if on or self._dropout_on is not None:
-                log.info(
-                    "Late dropout: %g from step %d (%.2f epochs trained; "
-                    "model.training.dropout_from_epoch=%g)",
-                    self.config.dropout if on else 0.0, self.global_step, epochs, start,
-                )  # fmt: skip
+            log.info(
+                "Late dropout: %g from step %d (%.2f epochs trained; %s at "
+                "model.training.dropout_from_epoch=%g)",
+                self.config.dropout if on else 0.0, self.global_step, epochs,
+                "on" if on else "off until", start,
+            )  # fmt: skip
             self._dropout_on = on
 
     def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
