@@ -38,7 +38,7 @@ SMALL_DATA = ["data.corpus.train_size=256", "data.corpus.val_size=32", "data.cor
 
 # --- a run with a time budget, stopped past its middle and resumed ------------------------------
 
-BUDGET_SECONDS, VALIDATIONS = 16, 4
+BUDGET_SECONDS, VALIDATIONS = 12, 4
 
 
 def test_a_budgeted_run_with_the_warmup_stable_decay_schedule_holds_its_peak_then_ends_low(
