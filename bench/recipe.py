@@ -6,6 +6,7 @@ time budget on the shipped Tatoeba corpus, then the decoding choices on one run'
     python bench/recipe.py train base --budget 30             # minutes of budget per run
     python bench/recipe.py train base --regime joined --every 3   # joined pairs, a third of them
     python bench/recipe.py train base --threads 1             # a machine about half as fast
+    python bench/recipe.py train base --slow-start 240        # its first 4 minutes twice as slow
     python bench/recipe.py decode bench/out/recipe/30min-base # greedy, beam, length penalty,
                                                              # averages of the last N checkpoints
     python bench/recipe.py decode RUN --last --only "beam 5, length penalty 1.0" picked  # some
@@ -213,7 +214,8 @@ def parse_row(spec: str) -> tuple[str, list[str]]:
 
 def train_py(overrides: list[str], run_dir: Path, threads: int | None = None) -> float:
     """Run train.py with these overrides into run_dir (on `threads` CPU threads, or torch's
-    default); returns the wall time in seconds."""
+    default; bench/ on its PYTHONPATH for bench/slow_start.py); returns the wall time in
+    seconds."""
     if run_dir.exists():  # a row stopped before its summary: start it again from nothing
         shutil.rmtree(run_dir)
     log = run_dir.parent / f"{run_dir.name}.log"
@@ -223,7 +225,9 @@ def train_py(overrides: list[str], run_dir: Path, threads: int | None = None) ->
     print("$", " ".join(command[1:]), flush=True)
     start = time.perf_counter()
     with log.open("w") as f:
-        env = {**os.environ, "OMP_NUM_THREADS": str(threads)} if threads else None
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+            [str(ROOT / "bench"), *filter(None, [os.environ.get("PYTHONPATH")])])}  # fmt: skip
+        env.update({"OMP_NUM_THREADS": str(threads)} if threads else {})
         done = subprocess.run(command, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT, env=env)
     if done.returncode:
         raise SystemExit(f"train.py failed ({done.returncode}): see {log}")
@@ -278,9 +282,13 @@ def clock_line(name: str, run_dir: Path) -> tuple[str, str]:
 
 def train_rows(
     specs: list[str], budget: float, reverse: bool, common: list[str], regime: str, every: int,
-    threads: int | None = None,
+    threads: int | None = None, slow_start: float | None = None,
 ) -> None:  # fmt: skip
     tag = "".join("-" + c.rpartition(".")[2].replace("=", "") for c in common)  # warmup_steps300
+    if slow_start:  # bench/slow_start.py: the first slow_start seconds of training at half pace
+        common = [*common, "+callbacks.slow_start._target_=slow_start.SlowStart",
+                  f"+callbacks.slow_start.seconds={slow_start:g}"]  # fmt: skip
+        tag += f"-slow{slow_start:g}s"
     regime_tag = "" if regime == "tatoeba" else f"-{regime}{JOIN}"
     regime_tag += f"-every{every}" if every != 1 else ""
     regime_tag += f"-threads{threads}" if threads else ""
@@ -309,6 +317,7 @@ def train_rows(
     direction = ("fr->en" if reverse else "en->fr") + f", {regime} regime"
     direction += f", one training pair in {every}" if every != 1 else ""
     direction += f", {threads} CPU thread{'s' * (threads > 1)}" if threads else ""
+    direction += f", the first {slow_start:g} s of training twice as slow" if slow_start else ""
     print(
         f"\nBudget {budget:g} min a run ({direction}), every row with {common or 'nothing'} added"
     )
@@ -394,6 +403,10 @@ def main() -> None:
                        "of the joined regime, where a budget buys N times the epochs")  # fmt: skip
     train.add_argument("--threads", type=int, default=None, help="CPU threads a run "
                        "(OMP_NUM_THREADS; default torch's): fewer, a slower machine")  # fmt: skip
+    train.add_argument("--slow-start", type=float, default=None, metavar="SECONDS",
+                       help="every training step twice as slow for the first SECONDS of "
+                       "training, as on a machine busy with other work "
+                       "(bench/slow_start.py)")  # fmt: skip
     decode = sub.add_parser("decode", help="decoding settings on one run's checkpoints")
     decode.add_argument("run_dir", type=Path)
     decode.add_argument("--last", type=int, nargs="*", default=[2, 4], help="averages to test")
@@ -415,8 +428,10 @@ def main() -> None:
                              "more than 1 only with --regime joined")  # fmt: skip
         if args.threads is not None and args.threads < 1:
             raise SystemExit(f"--threads {args.threads}: give a whole number of at least 1")
+        if args.slow_start is not None and args.slow_start <= 0:
+            raise SystemExit(f"--slow-start {args.slow_start:g}: give seconds above 0")
         train_rows(args.rows, args.budget, args.reverse, args.common, args.regime, args.every,
-                   args.threads)  # fmt: skip
+                   args.threads, args.slow_start)  # fmt: skip
     else:
         decode_rows(args.run_dir, args.reverse, args.last, args.regime, args.only)
 
