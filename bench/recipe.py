@@ -225,8 +225,8 @@ def train_py(overrides: list[str], run_dir: Path, threads: int | None = None) ->
     print("$", " ".join(command[1:]), flush=True)
     start = time.perf_counter()
     with log.open("w") as f:
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-            [str(ROOT / "bench"), *filter(None, [os.environ.get("PYTHONPATH")])])}  # fmt: skip
+        path = os.pathsep.join(filter(None, [str(ROOT / "bench"), os.environ.get("PYTHONPATH")]))
+        env = {**os.environ, "PYTHONPATH": path}
         env.update({"OMP_NUM_THREADS": str(threads)} if threads else {})
         done = subprocess.run(command, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT, env=env)
     if done.returncode:

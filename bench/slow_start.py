@@ -20,7 +20,6 @@ class SlowStart(Callback):
         self.seconds, self.factor = seconds, factor
         self.began: float | None = None  # the first training step's start
         self.step_began = 0.0
-        self.slowed_steps = 0
 
     def on_train_batch_start(self, *args) -> None:
         self.step_began = time.perf_counter()
@@ -31,4 +30,3 @@ class SlowStart(Callback):
         now = time.perf_counter()
         if now - self.began < self.seconds:
             time.sleep((now - self.step_began) * (self.factor - 1))
-            self.slowed_steps += 1
