@@ -122,16 +122,18 @@ MAPPED = (
     "k_dim", "v_dim", "d_ff", "num_encoder_layers", "num_decoder_layers", "max_positions",
     "positional", "norm_first", "tie_output", "share_embeddings", "norm", "activation",
     "num_kv_heads", "bias",
+    "qk_norm",  # "self" only (check_exportable)
     "dropout",  # nothing to export: dropout is off when translating
 )  # fmt: skip
-# Why an option is not mapped, where the reason is not that nobody mapped it yet. QK-norm: with
-# ctranslate2 4.8.5 the encoder's and the decoder's self-attention norms map exactly (2e-6 in
-# log-probability), but CTranslate2 applies the cross-attention's query norm before splitting the
-# heads, over all of them at once, which differs from ours by up to 1.4 in log-probability.
-NOT_MAPPED_BECAUSE = {
-    "qk_norm": "CTranslate2 normalises the cross-attention's queries over all heads at once, "
-    "not head by head as this model does",
-}
+# QK-norm with ctranslate2 4.8.5: the encoder's and the decoder's self-attention norms map
+# exactly (2e-6 in log-probability), but CTranslate2 applies the cross-attention's query norm
+# before splitting the heads, over all of them at once, which differs from ours by up to 2 in
+# log-probability. Its cross-attention norms are optional, so qk_norm=self (none there) maps.
+QK_NORM_REFUSAL = (
+    "CTranslate2 normalises the cross-attention's queries over all heads at once, not head by "
+    "head as this model does; train with qk_norm=self (self-attention only, which exports "
+    "exactly)"
+)
 
 
 def check_exportable(config: Any) -> None:
@@ -141,14 +143,15 @@ def check_exportable(config: Any) -> None:
     for field in fields(config):
         value = getattr(config, field.name)
         if field.name not in MAPPED and value != field.default:
-            reason = NOT_MAPPED_BECAUSE.get(
-                field.name, "the export does not map this option to CTranslate2 "
-                "(seq2seq/export.py, MAPPED)"
-            )  # fmt: skip
             raise ValueError(
-                f"cannot export model.net.{field.name}={value}: {reason}; train with its "
-                f"default {field.default!r} or translate with --ckpt"
+                f"cannot export model.net.{field.name}={value}: the export does not map this "
+                "option to CTranslate2 (seq2seq/export.py, MAPPED); train with its default "
+                f"{field.default!r} or translate with --ckpt"
             )
+    if config.qk_norm is True:
+        raise ValueError(
+            f"cannot export model.net.qk_norm=True: {QK_NORM_REFUSAL}, or translate with --ckpt"
+        )
     k_dim, v_dim = config.head_dims
     if k_dim != v_dim:
         raise ValueError(
@@ -177,6 +180,8 @@ def model_spec(module: Any) -> Any:
         # None: as many as num_heads (what exports before grouped-query attention wrote).
         "num_heads_kv": None if config.kv_heads == config.num_heads else config.kv_heads,
     }
+    if config.qk_norm:  # "self": check_exportable refused True
+        options["qk_norm"] = True  # RMS norms (the spec's qk_norm_rms) in every attention...
     if config.positional == "rotary":  # every feature, adjacent pairs, base 10000 (ours)
         rotary = model.encoder.layers[0].self_attn.rotary
         options.update(rotary_dim=0, rotary_interleave=True, rotary_base=rotary.base)
@@ -199,12 +204,16 @@ def model_spec(module: Any) -> Any:
         _linear(spec.self_attention.linear[0], attention.proj_q, attention.proj_k, attention.proj_v)
         _linear(spec.self_attention.linear[1], attention.proj_o)
         _norm(spec.self_attention.layer_norm, layer.res_attn.norm)
+        _qk_norms(spec.self_attention, attention)
         _feed_forward(spec.ffn, layer.ff, layer.res_ff.norm)
     for spec, layer in zip(decoder.layer, model.decoder.layers, strict=True):
         attention, cross = layer.self_attn, layer.cross_attn
         _linear(spec.self_attention.linear[0], attention.proj_q, attention.proj_k, attention.proj_v)
         _linear(spec.self_attention.linear[1], attention.proj_o)
         _norm(spec.self_attention.layer_norm, layer.res_self.norm)
+        _qk_norms(spec.self_attention, attention)
+        if config.qk_norm:  # ...but cross-attention: CTranslate2's norms there are optional
+            del spec.attention.q_norm, spec.attention.k_norm
         _linear(spec.attention.linear[0], cross.proj_q1)
         _linear(spec.attention.linear[1], cross.proj_k2, cross.proj_v2)
         _linear(spec.attention.linear[2], cross.proj_o)
@@ -227,6 +236,14 @@ def model_spec(module: Any) -> Any:
     spec.register_source_vocabulary(token_strings(module.src_vocab))
     spec.register_target_vocabulary(token_strings(module.tgt_vocab))
     return spec
+
+
+def _qk_norms(spec: Any, attention: torch.nn.Module) -> None:
+    """QK-norm's two gains, where the model has them (CTranslate2's epsilon is the model's
+    layer_norm_epsilon: QK_NORM_EPS is NORM_EPS)."""
+    if isinstance(attention.q_norm, torch.nn.RMSNorm):
+        _norm(spec.q_norm, attention.q_norm)
+        _norm(spec.k_norm, attention.k_norm)
 
 
 def _feed_forward(spec: Any, ff: torch.nn.Module, norm: torch.nn.Module) -> None:

@@ -343,6 +343,7 @@ OPTIONS = [
     {"positional": "rotary"}, {"num_kv_heads": 1}, {"num_kv_heads": 2}, {"bias": False},
     {"norm": "rms", "activation": "geglu", "positional": "rotary", "num_kv_heads": 1,
      "norm_first": False},
+    {"qk_norm": "self"}, {"qk_norm": "self", "positional": "rotary", "num_kv_heads": 2},
 ]  # fmt: skip
 
 

@@ -316,8 +316,28 @@ def test_qk_norm_attention_equals_its_definition_written_out() -> None:
     from seq2seq.export import check_exportable
 
     refusal = r"^cannot export model.net.qk_norm=True: CTranslate2 normalises the cross-attention"
-    with pytest.raises(ValueError, match=refusal + r".*; train with its default False or transl"):
+    with pytest.raises(ValueError, match=refusal + r".*; train with qk_norm=self \(self-attention"):
         check_exportable(tiny_config(qk_norm=True))  # CTranslate2 norms cross queries unlike ours
+    check_exportable(tiny_config(qk_norm="self"))
+
+
+def test_qk_norm_self_normalises_self_attention_only() -> None:
+    """qk_norm=self: the encoder's and the decoder's self-attention as with qk_norm=true (the
+    same weights give the same outputs), the cross-attention as without it."""
+    torch.manual_seed(0)
+    both, only_self = tiny_model(qk_norm=True), tiny_model(qk_norm="self")
+    names = set(only_self.state_dict())
+    assert "encoder.layers.0.self_attn.q_norm.weight" in names
+    assert "decoder.layers.1.self_attn.k_norm.weight" in names
+    assert not any("cross_attn.q_norm" in n or "cross_attn.k_norm" in n for n in names)
+    with torch.no_grad():
+        for parameter in both.parameters():
+            parameter.add_(0.3 * torch.randn_like(parameter))  # gains that are not one
+    only_self.load_state_dict(both.state_dict(), strict=False)
+    for layer in both.decoder.layers:
+        layer.cross_attn.q_norm = layer.cross_attn.k_norm = torch.nn.Identity()
+    src, tgt = tokens(2, 7, 17), tokens(2, 5, 19)
+    torch.testing.assert_close(only_self(src, tgt), both(src, tgt))
 
 
 def test_default_options_keep_the_parameter_names_of_earlier_checkpoints() -> None:
@@ -339,7 +359,8 @@ def test_default_options_keep_the_parameter_names_of_earlier_checkpoints() -> No
         ({"num_kv_heads": 0}, "num_kv_heads must be a positive integer, got 0"),
         ({"positional": "rotary", "k_dim": 5}, "the per-head k_dim must be even, got 5"),
         ({"bias": "no"}, "bias must be true or false, got 'no'"),
-        ({"qk_norm": "yes"}, "qk_norm must be true or false, got 'yes'"),
+        ({"qk_norm": "yes"}, "qk_norm must be true, false or self .* got 'yes'"),
+        ({"qk_norm": 1}, r"qk_norm must be true, false or self \(self-attention only\), got 1"),
     ],
 )
 def test_invalid_options_raise_value_error(overrides: dict, message: str) -> None:

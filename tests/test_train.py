@@ -162,12 +162,12 @@ def test_run_writes_checkpoints_metrics_and_summary(trained: tuple[dict, DictCon
     assert any(r.get("lr-AdamW/pg1") for r in rows)
 
 
-@pytest.mark.parametrize("qk_norm", [False, True])
+@pytest.mark.parametrize("qk_norm", [False, True, "self"])
 def test_a_run_ends_with_the_commands_that_work_for_its_model(
-    qk_norm: bool, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    qk_norm: bool | str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """The commands a run prints are ones that run: a model CTranslate2 cannot express (QK-norm)
-    gets the reason in place of an export command that would only fail."""
+    """The commands a run prints are ones that run: a model CTranslate2 cannot express (QK-norm
+    in cross-attention) gets the reason in place of an export command that would only fail."""
     from types import SimpleNamespace
 
     from seq2seq.core.model import ModelConfig
@@ -183,7 +183,7 @@ def test_a_run_ends_with_the_commands_that_work_for_its_model(
         report(summary, datamodule, config)
     assert f"python -m seq2seq.serve {ckpt}" in caplog.text
     exported = f"python -m seq2seq.export {ckpt} --out {tmp_path / 'ct2'}"
-    if qk_norm:
+    if qk_norm is True:
         assert exported not in caplog.text
         assert "No export:       cannot export model.net.qk_norm=True: CTranslate2" in caplog.text
     else:

@@ -70,7 +70,9 @@ class ModelConfig:
     activation: str = "relu"
     num_kv_heads: int | None = None  # key/value heads (None: num_heads; 1: multi-query)
     bias: bool = True  # False: no bias in any linear layer (attention output, feed-forward)
-    qk_norm: bool = False  # RMS-normalise each attention head's queries and keys (QK-norm)
+    # QK-norm: RMS-normalise each attention head's queries and keys. true: in every attention;
+    # "self": in self-attention only (encoder and decoder), which CTranslate2 exports exactly.
+    qk_norm: bool | str = False
 
     def __post_init__(self) -> None:
         self._check_sizes()
@@ -108,9 +110,13 @@ class ModelConfig:
                 f"positional=rotary turns pairs of query/key features, so the per-head k_dim "
                 f"must be even, got {self.head_dims[0]}; change k_dim or num_heads"
             )
-        for name in ("norm_first", "tie_output", "share_embeddings", "bias", "qk_norm"):
+        for name in ("norm_first", "tie_output", "share_embeddings", "bias"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
+        if not (isinstance(self.qk_norm, bool) or self.qk_norm == "self"):
+            raise ValueError(
+                f"qk_norm must be true, false or self (self-attention only), got {self.qk_norm!r}"
+            )
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
             raise ValueError(
                 "share_embeddings needs one vocabulary, got src_vocab_size="
@@ -382,7 +388,8 @@ def self_attention(config: ModelConfig, rotary: RotaryPositions | None) -> Multi
     (k_dim, v_dim), h = config.head_dims, config.num_heads
     return MultiHeadAttention(
         config.d_model, k_dim, v_dim, h, config.dropout,
-        num_kv_heads=config.kv_heads, bias=config.bias, rotary=rotary, qk_norm=config.qk_norm,
+        num_kv_heads=config.kv_heads, bias=config.bias, rotary=rotary,
+        qk_norm=config.qk_norm is not False,
     )  # fmt: skip
 
 
@@ -487,7 +494,7 @@ class DecoderLayer(nn.Module):
             config.dropout,
             num_kv_heads=config.kv_heads,
             bias=config.bias,
-            qk_norm=config.qk_norm,
+            qk_norm=config.qk_norm is True,  # not with "self"
         )
         self.ff = feed_forward(config)
         self.res_self = Residual(config)
