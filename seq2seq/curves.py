@@ -128,7 +128,8 @@ def curves_figure(runs: Mapping[str, list[dict[str, float]]], title: str = "") -
         loss_ax.plot(steps, losses, color=colour, alpha=0.35, lw=0.8, label=f"{label}train")
         steps, losses = series(rows, names.metric("val", names.LOSS))
         loss_ax.plot(steps, losses, "o-", color=colour, ms=3, label=f"{label}validation")
-        lr_ax.plot(*series(rows, names.LR), color=colour, label=name if label else None)
+        rate = names.learning_rate(key for row in rows for key in row)
+        lr_ax.plot(*series(rows, rate), color=colour, label=name if label else None)
         for key in VALIDATION:
             steps, values = series(rows, key)
             if not values:

@@ -25,6 +25,13 @@ TIME = "time/train_s"  # training time at each logged step, restored on a resume
 DROPOUT = "train/dropout"  # the rate at each step, where dropout_from_epoch turns it on
 LR = "lr-AdamW/pg1"  # Lightning's LearningRateMonitor: the matrices' group (weight decay)
 
+
+def learning_rate(keys) -> str:
+    """The first parameter group's logged rate among these metric names: LearningRateMonitor
+    names it after the optimizer's class (LR for AdamW, lr-MuonWithAdamW/pg1 for Muon)."""
+    return next((k for k in keys if k.startswith("lr-") and k.endswith("/pg1")), LR)
+
+
 # What ranks checkpoints unless a config says otherwise (real text: val/chrf).
 DEFAULT_MONITOR = "val/exact_match"
 

@@ -29,12 +29,21 @@ def test_the_curves_hold_loss_lr_and_validation_metrics_by_step_and_time(
     loss, lr, by_step, by_time = figure.axes
     assert [line.get_label() for line in loss.get_lines()] == ["train", "validation"]
     assert len(loss.get_lines()[1].get_xdata()) == cfg.trainer.max_epochs  # one per validation
-    assert len(lr.get_lines()) == 1
+    (rate,) = lr.get_lines()
+    assert len(rate.get_xdata()) == sum("lr-AdamW/pg1" in row for row in rows) > 0
     assert [line.get_label() for line in by_step.get_lines()] == ["chrf", "bleu", "exact_match"]
     assert [line.get_label() for line in by_time.get_lines()] == ["chrf", "bleu", "exact_match"]
     times = by_time.get_lines()[2].get_xdata()
     assert list(times) == sorted(times) and times[0] > 0  # later validations, later times
     assert by_time.get_xlabel() == "training time (s)"
+
+
+def test_the_rate_of_a_muon_run_is_drawn() -> None:
+    """LearningRateMonitor names the rate after the optimizer: Muon's runs draw theirs too."""
+    rows = [{"step": s, "lr-MuonWithAdamW/pg1": 1e-3 * s, "lr-MuonWithAdamW/pg2": 0.0}
+            for s in range(1, 4)]  # fmt: skip
+    (rate,) = curves_figure({"run": rows}).axes[1].get_lines()
+    assert list(rate.get_ydata()) == pytest.approx([1e-3, 2e-3, 3e-3])
 
 
 def test_training_time_is_read_at_each_step() -> None:
