@@ -279,6 +279,25 @@ def test_settings_a_stream_cannot_run_with_are_refused_before_any_data_is_read(
 
     train_file = write_tsv(tmp_path / "train.tsv", range(ROWS))
     cfg = compose_train(tmp_path, tmp_path / "data", [*streaming(train_file, train_file), *extra])
+    given = {override.split("=")[0] for override in extra}  # as typed on the command line
     with pytest.raises((ValueError, InstantiationException), match=message):
-        check_config(cfg)
+        check_config(cfg, given)
     assert not (tmp_path / "data").exists()
+
+
+def test_the_recipes_late_dropout_gives_way_to_dropout_throughout_on_a_stream(
+    tmp_path: Path, caplog
+) -> None:
+    """experiment=parallel_bpe sets late dropout, which counts epochs; a stream has none: the
+    recipe streams with dropout throughout (as before late dropout), and the log says so."""
+    from seq2seq.training.preflight import check_config
+
+    train_file = write_tsv(tmp_path / "train.tsv", range(ROWS))
+    recipe = ["experiment=parallel_bpe", "data.dedupe=false", "trainer.max_time=00:00:01:00"]
+    cfg = compose_train(tmp_path, tmp_path / "data", [*recipe, *streaming(train_file, train_file)])
+    assert cfg.model.training.dropout_from_epoch == 4
+    with caplog.at_level("WARNING"):
+        check_config(cfg)
+    assert cfg.model.training.dropout_from_epoch is None
+    assert "dropout_from_epoch=4 counts epochs" in caplog.text
+    assert "dropout is model.net.dropout throughout" in caplog.text

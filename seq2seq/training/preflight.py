@@ -10,6 +10,7 @@ has one, still before anything is trained or written.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import shutil
@@ -22,6 +23,8 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from seq2seq import checks
 from seq2seq.run_dir import RunDir
 from seq2seq.training.pick import SearchGrid
+
+log = logging.getLogger(__name__)
 
 # What Lightning's Trainer takes as precision (lightning.fabric.connector's _PRECISION_INPUT,
 # a private name, so listed here).
@@ -72,7 +75,7 @@ def check_config(cfg: DictConfig, given: set[str] = frozenset()) -> Checked:
             "validations, not callbacks=ema's average: set average_last=0 with callbacks=ema"
         )
     if OmegaConf.select(cfg, "data.corpus.streaming") is True and cfg.train:
-        check_streaming_trainer(cfg)
+        check_streaming_trainer(cfg, given)
     if not cfg.train and not cfg.get("ckpt_path"):
         raise ValueError("train=false needs a checkpoint to evaluate: add ckpt_path=PATH")
     datamodule = instantiate(cfg.data)
@@ -169,9 +172,11 @@ def evaluation_config(cfg: DictConfig, given: set[str]) -> None:
         cfg.data = data  # its seed, resolved when the run saved it: the run's split
 
 
-def check_streaming_trainer(cfg: DictConfig) -> None:
+def check_streaming_trainer(cfg: DictConfig, given: set[str] = frozenset()) -> None:
     """A streamed corpus has no epoch end (seq2seq/data/stream.py): something else must end the
-    run, and validate within it."""
+    run, and validate within it. Late dropout counts epochs: asked for on the command line it is
+    refused; set by an experiment (the recipe's), it gives way to dropout throughout, as the
+    recipe had it on a stream before late dropout, and the log says so."""
     trainer = cfg.trainer
     if trainer.get("max_steps", -1) in (-1, None) and trainer.get("max_time") is None:
         raise ValueError(
@@ -186,12 +191,19 @@ def check_streaming_trainer(cfg: DictConfig) -> None:
             f"trainer.val_check_interval={checks.describe(interval)}: give "
             "trainer.val_check_interval=N (batches), or validations=N with trainer.max_time"
         )
-    start = OmegaConf.select(cfg, "model.training.dropout_from_epoch")
-    if start is not None:
+    key = "model.training.dropout_from_epoch"
+    start = OmegaConf.select(cfg, key)
+    if start is not None and key in given:
         raise ValueError(
-            f"model.training.dropout_from_epoch={start} counts epochs, which "
-            "data.corpus.streaming=true does not have: set model.training.dropout_from_epoch=null"
+            f"{key}={start} counts epochs, which data.corpus.streaming=true does not have: "
+            f"set {key}=null"
         )
+    if start is not None:
+        log.warning(
+            "%s=%s counts epochs, which data.corpus.streaming=true does not have: dropout is "
+            "model.net.dropout throughout (%s=null says so on the command line)", key, start, key
+        )  # fmt: skip
+        OmegaConf.update(cfg, key, None)
 
 
 def check_model_config(model: DictConfig) -> None:
