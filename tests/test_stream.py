@@ -301,3 +301,17 @@ def test_the_recipes_late_dropout_gives_way_to_dropout_throughout_on_a_stream(
     assert cfg.model.training.dropout_from_epoch is None
     assert "dropout_from_epoch=4 counts epochs" in caplog.text
     assert "dropout is model.net.dropout throughout" in caplog.text
+
+
+def test_a_streamed_run_of_the_recipe_stopped_by_sigterm_resumes_exactly(
+    tmp_path: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The resume reads the recipe's late dropout again and gives it way as the run did: it
+    continues the run, not refused as a change of its settings."""
+    from test_resume import stopped_in_process_resumes_exactly
+
+    train_file = write_tsv(tmp_path / "train.tsv", range(ROWS))
+    held_out = write_tsv(tmp_path / "held.tsv", range(ROWS, ROWS + 40))
+    recipe = ["experiment=parallel_bpe", "trainer.max_time=null", "validations=null"]
+    overrides = [*recipe, *streaming(train_file, held_out)]
+    stopped_in_process_resumes_exactly(tmp_path, data_dir, overrides, monkeypatch, 21, 48)

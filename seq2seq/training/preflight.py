@@ -55,6 +55,8 @@ def check_config(cfg: DictConfig, given: set[str] = frozenset()) -> Checked:
     check_model_config(cfg.model)
     check_settings_known(cfg)
     check_trainer_config(cfg.trainer)
+    if OmegaConf.select(cfg, "data.corpus.streaming") is True and cfg.train:
+        check_streaming_trainer(cfg, given)  # before a resume compares: it may set a key
     resume_from = checkpoint_to_resume(cfg)
     if resume_from and cfg.train:
         check_resume(cfg, resume_from, given)
@@ -74,8 +76,6 @@ def check_config(cfg: DictConfig, given: set[str] = frozenset()) -> Checked:
             f"average_last={cfg.average_last} would average the trained weights of the last "
             "validations, not callbacks=ema's average: set average_last=0 with callbacks=ema"
         )
-    if OmegaConf.select(cfg, "data.corpus.streaming") is True and cfg.train:
-        check_streaming_trainer(cfg, given)
     if not cfg.train and not cfg.get("ckpt_path"):
         raise ValueError("train=false needs a checkpoint to evaluate: add ckpt_path=PATH")
     datamodule = instantiate(cfg.data)
