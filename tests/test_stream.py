@@ -236,6 +236,7 @@ def test_a_streamed_run_stopped_by_sigterm_resumes_exactly(
     train_file = write_tsv(tmp_path / "train.tsv", range(ROWS))
     held_out = write_tsv(tmp_path / "held.tsv", range(ROWS, ROWS + 40))
     overrides = streaming(train_file, held_out)
+    # stopped after step 21 of the 48 that streaming() sets (trainer.max_steps)
     stopped_in_process_resumes_exactly(tmp_path, data_dir, overrides, monkeypatch, 21, 48)
 
 
@@ -314,4 +315,5 @@ def test_a_streamed_run_of_the_recipe_stopped_by_sigterm_resumes_exactly(
     held_out = write_tsv(tmp_path / "held.tsv", range(ROWS, ROWS + 40))
     recipe = ["experiment=parallel_bpe", "trainer.max_time=null", "validations=null"]
     overrides = [*recipe, *streaming(train_file, held_out)]
+    # stopped after step 21 of the 48 that streaming() sets (trainer.max_steps)
     stopped_in_process_resumes_exactly(tmp_path, data_dir, overrides, monkeypatch, 21, 48)
